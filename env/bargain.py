@@ -1,0 +1,257 @@
+"""``BargainEnv``: the bilateral price negotiation of the RLVR negotiation paper.
+
+One environment, two roles. The buyer opens; ``step(reply)`` takes the protocol text of
+whoever is to move and returns a ``StepResult`` whose observation is the view of the next
+role to move (or the buyer's final view).
+
+A *turn* is one exchange: a buyer reply and the seller's answer. ``max_turns`` (default 6,
+the benchmark's) therefore allows at most 6 buyer and 6 seller replies; when the seller's
+sixth answer does not close a deal the episode is truncated with reward 0.
+
+The buyer's reward is paid when the episode ends (GUIDE section 2). A buyer reply that
+cannot be read, an illegal buyer move, or any buyer offer or acceptance above budget ends
+the episode at once with reward -1. The seller is regulated by the environment: an offer
+or acceptance below cost is blocked, as is an unreadable seller reply; either counts as
+``[REJECT]`` and is recorded in ``info`` and the metrics. The buyer is told only that the
+seller's move was invalid, never why (the reason would reveal the cost).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import NamedTuple
+
+from env import rules
+from env.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, parse_reply
+from env.rules import BUYER, OTHER, SELLER
+from env.scenarios import Scenario
+
+DEFAULT_MAX_TURNS = 6
+BLOCKED_NOTE = "The seller's move was invalid and counts as [REJECT]."
+
+
+class Message(NamedTuple):
+    """What the opponent sees of one reply: the Talk and the action, never the private part."""
+
+    role: str
+    talk: str
+    action: Action
+    note: str = ""
+
+    def render(self) -> str:
+        text = f"Talk: {self.talk}\nAction: {self.action.render()}"
+        return f"{text}\n({self.note})" if self.note else text
+
+
+class Observation(NamedTuple):
+    """One role's view. ``private_value`` is the budget (buyer) or the cost (seller), in cents."""
+
+    role: str
+    title: str
+    description: str
+    category: str
+    list_price: float
+    private_value: float
+    history: tuple[Message, ...]
+    my_offer: float | None
+    their_offer: float | None
+    turn: int
+    max_turns: int
+    done: bool = False
+
+    @property
+    def last_message(self) -> Message | None:
+        return self.history[-1] if self.history else None
+
+    @property
+    def turns_left(self) -> int:
+        """Replies this role may still make, this one included."""
+        return self.max_turns - self.turn + 1
+
+
+class EpisodeMetrics(NamedTuple):
+    """Per-episode metrics of the paper's evaluation (buyer's point of view)."""
+
+    deal: bool
+    price: float | None
+    reward: float
+    bargained_ratio: float | None
+    first_offer_ratio: float | None
+    turns: int
+    replies: int
+    overshoot: bool
+    format_errors: int
+    invalid_moves: int
+    seller_blocked: int
+    end_reason: str
+    mutual_interest: bool
+
+    def to_dict(self) -> dict:
+        return self._asdict()
+
+
+class StepResult(NamedTuple):
+    """Gymnasium's step contract: terminated (deal or quit) is not truncated (turn limit)."""
+
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+def _floor_cents(x: float) -> float:
+    return math.floor(x * 100 + 1e-6) / 100
+
+
+def _ceil_cents(x: float) -> float:
+    return math.ceil(x * 100 - 1e-6) / 100
+
+
+class BargainEnv:
+    """Turn sequencing for one negotiation at a time; rules live in ``env.rules``."""
+
+    def __init__(self, max_turns: int = DEFAULT_MAX_TURNS):
+        if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.max_turns = max_turns
+        self.scenario: Scenario | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def reset(self, scenario: Scenario, seed: int | None = None) -> Observation:
+        if not isinstance(scenario, Scenario):
+            raise TypeError(f"reset() needs a Scenario, got {type(scenario).__name__}")
+        self.scenario = scenario
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.to_move = BUYER
+        self.turn = 1
+        self.replies = 0
+        self.offers: dict[str, float | None] = {BUYER: None, SELLER: None}
+        self.history: tuple[Message, ...] = ()
+        self.log: list[dict] = []  # full transcript, private parts included
+        self.first_offer: float | None = None
+        self.overshoot = False
+        self.format_errors = 0
+        self.invalid_moves = 0
+        self.seller_blocked = 0
+        self.done = False
+        self.end_reason: str | None = None
+        self.price: float | None = None
+        self.reward = 0.0
+        self._private = {BUYER: _floor_cents(scenario.budget), SELLER: _ceil_cents(scenario.cost)}
+        return self.observe(BUYER)
+
+    def observe(self, role: str) -> Observation:
+        """The view of ``role``: a projection of the state without the other side's secrets."""
+        s = self.scenario
+        return Observation(role, s.title, s.description, s.category, s.list_price, self._private[role],
+                           self.history, self.offers[role], self.offers[OTHER[role]], self.turn, self.max_turns,
+                           self.done)
+
+    # ------------------------------------------------------------------ one reply
+    def step(self, reply: object) -> StepResult:
+        if self.scenario is None:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            raise RuntimeError("episode is over; call reset()")
+        role = self.to_move
+        parsed = parse_reply(reply)
+        error = parsed.error
+        kind = "format" if error else None
+        if error is None:
+            error = rules.check_move(role, parsed.action, self._private[role], self.offers[OTHER[role]])
+            kind = "move" if error else None
+        self.replies += 1
+        entry = {"role": role, "turn": self.turn, "thought": parsed.thought, "talk": parsed.talk,
+                 "action": parsed.action.render() if parsed.action else None, "error": error}
+        if error is not None and parsed.action is None and isinstance(reply, str):
+            entry["raw"] = reply[:500]
+        self.log.append(entry)
+        info = {"role": role, "error": error, "error_kind": kind, "action": entry["action"]}
+        if role == BUYER:
+            self._buyer_move(parsed.talk, parsed.action, error, kind)
+        else:
+            self._seller_move(parsed.talk, parsed.action, error)
+        truncated = False
+        if not self.done and role == SELLER:
+            self.turn += 1
+            if self.turn > self.max_turns:
+                truncated = True
+                self._end(rules.END_TURN_LIMIT)
+        self.to_move = OTHER[role] if not self.done else BUYER
+        if self.done:
+            info["metrics"] = self.metrics().to_dict()
+        return StepResult(self.observe(self.to_move), self.reward if self.done else 0.0,
+                          self.done and not truncated, truncated, info)
+
+    def _buyer_move(self, talk: str, action: Action | None, error: str | None, kind: str | None) -> None:
+        if action is not None and action.kind in (BUY, DEAL) and error in (None, rules.E_OVER_BUDGET):
+            price = action.price
+            if self.first_offer is None and action.kind == BUY:
+                self.first_offer = price
+            if error == rules.E_OVER_BUDGET:
+                self.overshoot = True
+        if error is not None:
+            if kind == "format":
+                self.format_errors += 1
+                return self._end(rules.END_BUYER_FORMAT)
+            self.invalid_moves += 1
+            return self._end(rules.END_OVER_BUDGET if error == rules.E_OVER_BUDGET else rules.END_BUYER_INVALID)
+        self.history += (Message(BUYER, talk, action),)
+        if action.kind == BUY:
+            self.offers[BUYER] = action.price
+        elif action.kind == DEAL:
+            self._end(rules.END_DEAL, self.offers[SELLER])
+        elif action.kind == QUIT:
+            self._end(rules.END_BUYER_QUIT)
+
+    def _seller_move(self, talk: str, action: Action | None, error: str | None) -> None:
+        if error is not None:  # regulated: the move is blocked and counts as [REJECT]
+            self.seller_blocked += 1
+            self.history += (Message(SELLER, "", Action(REJECT), BLOCKED_NOTE),)
+            return
+        self.history += (Message(SELLER, talk, action),)
+        if action.kind == SELL:
+            self.offers[SELLER] = action.price
+        elif action.kind == DEAL:
+            self._end(rules.END_DEAL, self.offers[BUYER])
+        elif action.kind == QUIT:
+            self._end(rules.END_SELLER_QUIT)
+
+    def _end(self, reason: str, price: float | None = None) -> None:
+        s = self.scenario
+        self.done = True
+        self.end_reason = reason
+        self.price = price
+        self.reward = rules.end_reward(reason, s.budget, s.cost, price)
+
+    # ------------------------------------------------------------------ results
+    def metrics(self) -> EpisodeMetrics:
+        s = self.scenario
+        deal = self.end_reason == rules.END_DEAL
+        return EpisodeMetrics(
+            deal=deal,
+            price=self.price,
+            reward=self.reward,
+            bargained_ratio=rules.bargained_ratio(s.budget, s.cost, self.price) if deal else None,
+            first_offer_ratio=self.first_offer / s.budget if self.first_offer is not None else None,
+            turns=sum(1 for e in self.log if e["role"] == BUYER),
+            replies=self.replies,
+            overshoot=self.overshoot,
+            format_errors=self.format_errors,
+            invalid_moves=self.invalid_moves,
+            seller_blocked=self.seller_blocked,
+            end_reason=self.end_reason or "running",
+            mutual_interest=s.mutual_interest,
+        )
+
+    def transcript(self) -> dict:
+        """The whole episode: scenario, both sides' private and public parts, and the metrics."""
+        return {"scenario": self.scenario.to_dict(), "seed": self.seed, "max_turns": self.max_turns,
+                "turns": list(self.log), "metrics": self.metrics().to_dict()}

@@ -1,0 +1,154 @@
+"""Scripted buyers: the rule-based expert and baselines.
+
+No scripted buyer ever offers or accepts more than its budget. The expert writes its
+arithmetic out in the Thought field ("ask $175.00 vs budget $170.00: over budget"), which
+is what a small model needs to copy when it learns from expert games.
+"""
+
+from __future__ import annotations
+
+from env.bargain import Observation
+from env.players.base import ScriptedPlayer, nice_price
+from env.protocol import BUY, DEAL, QUIT, Action, format_price
+
+BUYER_TALK = {
+    "open": ("Hi! I'm interested in the {item}. Would you take {price}?",
+             "Hello, I'd like to buy the {item}. I can offer {price}.",
+             "I've been looking for a {item}. How about {price}?"),
+    "counter": ("That's still more than I hoped to spend. I can do {price}.",
+                "I've seen similar ones for less. {price}?", "Let's meet somewhere fair: {price}.",
+                "I can stretch to {price}.", "How about {price}? That's a solid offer."),
+    "accept": ("Deal, {price} it is.", "Alright, {price} works. Thank you!", "You have a deal at {price}."),
+    "quit": ("Sorry, that's beyond what I can pay. Thanks anyway.", "I'll have to pass. Goodbye."),
+}
+
+
+class ScriptedBuyer(ScriptedPlayer):
+    role = "buyer"
+    talk_lines = BUYER_TALK
+
+    @staticmethod
+    def seller_ask(obs: Observation) -> float | None:
+        """The seller's standing offer, if any."""
+        return obs.their_offer
+
+    def offer(self, obs: Observation, price: float, thought: str) -> tuple[str, str, Action]:
+        """Offer ``price`` rounded down and capped at the budget; take the ask if it is no higher."""
+        price = min(nice_price(price, obs.list_price, up=False), obs.private_value)
+        ask = obs.their_offer
+        if ask is not None and price >= ask:  # never offer more than is already asked
+            return self.accept(obs, f"{thought} Offer {format_price(price)} >= ask {format_price(ask)}: accept the ask.")
+        situation = "open" if obs.my_offer is None else "counter"
+        return f"{thought} Offer {format_price(price)}.", self.say(situation, obs, price), Action(BUY, price)
+
+    def accept(self, obs: Observation, thought: str) -> tuple[str, str, Action]:
+        ask = obs.their_offer
+        return thought, self.say("accept", obs, ask), Action(DEAL, ask)
+
+
+class ExpertBuyer(ScriptedBuyer):
+    """Anchors at 55% of the list price and concedes on a convex plan toward 85% of the budget
+    (a deal at the budget itself pays nothing, so the last offer keeps a margin). Takes the
+    seller's ask once it is no higher than the planned offer, or in the last turn once it
+    is within budget. Never exceeds the budget."""
+
+    name = "expert"
+    anchor = 0.55  # first offer, as a share of the list price (capped below the budget)
+    target = 0.85  # last offer, as a share of the budget
+    curve = 1.5  # convex: small steps first, bigger ones near the deadline
+
+    def planned(self, obs: Observation) -> float:
+        budget = obs.private_value
+        start = min(self.anchor * obs.list_price, 0.9 * budget)
+        end = max(self.target * budget, start)
+        progress = (obs.turn - 1) / (obs.max_turns - 1) if obs.max_turns > 1 else 1.0
+        return start + (end - start) * progress ** self.curve
+
+    def decide(self, obs: Observation) -> tuple[str, str, Action]:
+        budget = obs.private_value
+        ask = obs.their_offer
+        plan = min(self.planned(obs), budget)
+        head = f"Turn {obs.turn}/{obs.max_turns}. Budget {format_price(budget)}. Plan {format_price(plan)}."
+        if ask is None:
+            return self.offer(obs, plan, f"{head} No ask yet.")
+        over = ask > budget
+        compare = f"Ask {format_price(ask)} vs budget {format_price(budget)}: " + ("over budget." if over else "within budget.")
+        if not over and ask <= plan:
+            return self.accept(obs, f"{head} {compare} Ask <= plan: accept.")
+        if not over and obs.turn >= obs.max_turns:
+            return self.accept(obs, f"{head} {compare} Last turn: accept.")
+        return self.offer(obs, plan, f"{head} {compare}")
+
+
+class AlwaysAcceptBuyer(ScriptedBuyer):
+    """Accepts the first ask within budget; until then repeats an offer at 70% of list."""
+
+    name = "always_accept"
+
+    def decide(self, obs):
+        ask = obs.their_offer
+        if ask is not None and ask <= obs.private_value:
+            return self.accept(obs, f"Ask {format_price(ask)} <= budget {format_price(obs.private_value)}: accept.")
+        return self.offer(obs, 0.7 * obs.list_price, "Repeat 70% of list, capped at budget.")
+
+
+class SplitDifferenceBuyer(ScriptedBuyer):
+    """Opens at half the list price, then offers the midpoint of its last offer and the ask."""
+
+    name = "split_difference"
+
+    def decide(self, obs):
+        ask, budget = obs.their_offer, obs.private_value
+        if ask is None or obs.my_offer is None:
+            return self.offer(obs, 0.5 * obs.list_price, "Open at half the list price.")
+        if ask <= budget and (ask - obs.my_offer <= 0.02 * obs.list_price or obs.turn >= obs.max_turns):
+            return self.accept(obs, "Gap is small (or last turn) and ask within budget: accept.")
+        return self.offer(obs, (obs.my_offer + ask) / 2, "Midpoint of my offer and the ask, capped at budget.")
+
+
+class LowballBuyer(ScriptedBuyer):
+    """Offers 30% of the list price every turn and never raises."""
+
+    name = "lowballer"
+
+    def decide(self, obs):
+        low = min(nice_price(0.3 * obs.list_price, obs.list_price, up=False), obs.private_value)
+        ask = obs.their_offer
+        if ask is not None and ask <= low:
+            return self.accept(obs, "Ask at or below my lowball: accept.")
+        return self.offer(obs, low, "Stay at 30% of list.")
+
+
+class OfferBudgetBuyer(ScriptedBuyer):
+    """Offers its whole budget at once and accepts any ask within it."""
+
+    name = "offer_budget"
+
+    def decide(self, obs):
+        ask = obs.their_offer
+        if ask is not None and ask <= obs.private_value:
+            return self.accept(obs, "Ask within budget: accept.")
+        return self.offer(obs, obs.private_value, "Whole budget.")
+
+
+class RandomValidBuyer(ScriptedBuyer):
+    """Picks a random legal move: mostly offers uniform in [30% of list, budget]."""
+
+    name = "random_valid"
+
+    def decide(self, obs):
+        ask, budget = obs.their_offer, obs.private_value
+        r = self.rng.random()
+        if r < 0.04:
+            return "Random move: quit.", self.say("quit", obs), Action(QUIT)
+        if ask is not None and ask <= budget and r < 0.3:
+            return self.accept(obs, "Random move: accept the ask (within budget).")
+        low = min(0.3 * obs.list_price, budget)
+        return self.offer(obs, self.rng.uniform(low, budget), "Random move.")
+
+
+BUYERS: dict[str, type[ScriptedBuyer]] = {
+    cls.name: cls for cls in (ExpertBuyer, AlwaysAcceptBuyer, SplitDifferenceBuyer, LowballBuyer,
+                              OfferBudgetBuyer, RandomValidBuyer)
+}
+BASELINES = tuple(n for n in BUYERS if n != "expert")

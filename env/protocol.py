@@ -1,0 +1,223 @@
+"""The text protocol of the bilateral negotiation (GUIDE section 2), as pure functions.
+
+A reply has a private part and a public part:
+
+* option_a (explicit fields)::
+
+      Thought: my budget is $80, the ask is $95: too high.
+      Talk: That is more than I can pay. Would you take $60?
+      Action: [BUY] $60
+
+* option_b (native reasoning)::
+
+      <think>my budget is $80 ...</think>
+      Talk: That is more than I can pay. Would you take $60?
+      Action: [BUY] $60
+
+The private part (Thought field or ``<think>`` blocks) never reaches the opponent.
+Exactly one action tag must appear in the public part: ``[BUY] $X`` (buyer),
+``[SELL] $X`` (seller), ``[DEAL] $X`` (accept the opponent's standing offer),
+``[REJECT]`` or ``[QUIT]``. Prices may carry commas, cents and may omit ``$``.
+``parse_reply`` never raises: a reply it cannot read comes back with a reason code.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+BUY, SELL, DEAL, REJECT, QUIT = "BUY", "SELL", "DEAL", "REJECT", "QUIT"
+ACTION_KINDS = (BUY, SELL, DEAL, REJECT, QUIT)
+PRICED_KINDS = frozenset({BUY, SELL, DEAL})
+REASONING_MODES = ("option_a", "option_b")
+
+# Longest reply the environment reads; a negotiation message never needs more.
+MAX_REPLY_CHARS = 16_000
+# Longest Talk forwarded to the opponent (keeps prompts bounded).
+MAX_TALK_CHARS = 1_500
+# Prices above this are treated as unreadable (no product here costs a billion).
+MAX_PRICE = 1e9
+
+# Format error reason codes (the reply could not be read as one protocol move).
+E_NOT_TEXT = "not_text"
+E_EMPTY = "empty"
+E_TOO_LONG = "too_long"
+E_UNCLOSED_THINK = "unclosed_think"
+E_NO_ACTION = "no_action"
+E_MULTIPLE_ACTIONS = "multiple_actions"
+E_MISSING_PRICE = "missing_price"
+E_BAD_PRICE = "bad_price"
+FORMAT_ERRORS = (E_NOT_TEXT, E_EMPTY, E_TOO_LONG, E_UNCLOSED_THINK, E_NO_ACTION,
+                 E_MULTIPLE_ACTIONS, E_MISSING_PRICE, E_BAD_PRICE)
+
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
+_THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+_FIELD = re.compile(r"^[ \t>*#_-]*(thought|talk|action)[ \t*_]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
+_ACTION_TAG = re.compile(r"\[\s*(BUY|SELL|DEAL|REJECT|QUIT)\s*\]", re.IGNORECASE)
+# What may follow a priced tag: optional colon, optional currency, then the number.
+_PRICE = re.compile(
+    r"[ \t]*:?[ \t]*(?:\$|usd[ \t]*)?[ \t]*"
+    r"(?P<num>(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)"
+    r"(?![.,]?[0-9A-Za-z])",
+    re.IGNORECASE,
+)
+# The canonical layout that scripted players and trained models write, read in one match.
+# Anything else (or anything this does not settle) goes through the general parser.
+_CANONICAL = re.compile(
+    r"(?:Thought: ([^\n<]*)\n|<think>([^<]*)</think>\n)?Talk: ([^\n\[<]*)\n"
+    r"Action: \[(BUY|SELL|DEAL|REJECT|QUIT)\](?: \$((?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?))?"
+)
+# Something that looks like an attempt at a price (so it is "bad", not "missing").
+_PRICE_ATTEMPT = re.compile(r"[ \t]*:?[ \t]*(?:\$|usd|[-+0-9.,])", re.IGNORECASE)
+
+
+class Action(NamedTuple):
+    """One protocol move. ``price`` is set for BUY, SELL and DEAL, in dollars."""
+
+    kind: str
+    price: float | None = None
+
+    def render(self) -> str:
+        return f"[{self.kind}]" if self.price is None else f"[{self.kind}] {format_price(self.price)}"
+
+
+class ParsedReply(NamedTuple):
+    """A reply split into its private and public parts.
+
+    ``error`` is None when exactly one well-formed action was found, else a reason code
+    from ``FORMAT_ERRORS`` with a human-readable ``detail``.
+    """
+
+    thought: str
+    talk: str
+    action: Action | None
+    error: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def format_price(price: float) -> str:
+    """``1299.5 -> '$1,299.50'``: the one way prices are written by the environment."""
+    return f"${price:,.2f}"
+
+
+def compose_reply(thought: str, talk: str, action: Action, mode: str = "option_a") -> str:
+    """Write a reply in the protocol (what scripted players and expert data use)."""
+    if mode == "option_b":
+        return f"<think>{thought}</think>\nTalk: {talk}\nAction: {action.render()}"
+    return f"Thought: {thought}\nTalk: {talk}\nAction: {action.render()}"
+
+
+def parse_price(text: str) -> float | None:
+    """Read a price such as ``$1,299.99``, ``1299.99``, ``$ 45`` or ``USD 45``; None if unreadable."""
+    if not isinstance(text, str):
+        return None
+    m = _PRICE.match(text)
+    if m is None:
+        return None
+    return _to_price(m.group("num"))
+
+
+def _to_price(num: str) -> float | None:
+    value = float(num.replace(",", ""))
+    if not math.isfinite(value) or value > MAX_PRICE:
+        return None
+    return round(value, 2)
+
+
+def split_private(text: str) -> tuple[str, str, str | None]:
+    """Split a reply into ``(private, public, error)``.
+
+    ``<think>`` blocks and a ``Thought:`` field are private. A ``</think>`` with no
+    opening tag (templates that open the block in the prompt) makes everything before
+    it private. An unclosed ``<think>`` makes the rest private and is an error.
+    """
+    private: list[str] = []
+    error = None
+    if "<" in text:
+        private.extend(m.group(1).strip() for m in _THINK_BLOCK.finditer(text))
+        text = _THINK_BLOCK.sub("\n", text)
+        close = _THINK_CLOSE.search(text)
+        if close is not None:  # opened by the chat template, closed by the model
+            private.append(text[: close.start()].strip())
+            text = _THINK_CLOSE.sub("\n", text[close.end():])
+        opened = _THINK_OPEN.search(text)
+        if opened is not None:
+            private.append(text[opened.end():].strip())
+            text = text[: opened.start()]
+            error = E_UNCLOSED_THINK
+    fields = list(_FIELD.finditer(text))
+    if not fields:
+        return "\n".join(p for p in private if p), text.strip(), error
+    public = [text[: fields[0].start()].strip()]
+    for i, m in enumerate(fields):
+        end = fields[i + 1].start() if i + 1 < len(fields) else len(text)
+        body = text[m.end(): end].strip()
+        (private if m.group(1).lower() == "thought" else public).append(body)
+    return "\n".join(p for p in private if p), "\n".join(p for p in public if p), error
+
+
+def parse_reply(reply: object) -> ParsedReply:
+    """Parse any input into a ``ParsedReply``; never raises."""
+    if type(reply) is str and len(reply) <= MAX_REPLY_CHARS:
+        m = _CANONICAL.fullmatch(reply)
+        if m is not None:
+            thought, think, talk, kind, num = m.groups()
+            if (num is not None) == (kind in PRICED_KINDS) and "\x00" not in reply:
+                price = _to_price(num) if num is not None else None
+                if num is None or price is not None:
+                    return ParsedReply((think if think is not None else thought or "").strip(), _clip(talk.strip()),
+                                       Action(kind, price))
+    return parse_reply_general(reply)
+
+
+def parse_reply_general(reply: object) -> ParsedReply:
+    """The general parser (any layout, any input); ``parse_reply`` tries a fast path first."""
+    if isinstance(reply, (bytes, bytearray)):
+        reply = bytes(reply).decode("utf-8", errors="replace")
+    if not isinstance(reply, str):
+        return ParsedReply("", "", None, E_NOT_TEXT, f"expected text, got {type(reply).__name__}")
+    if len(reply) > MAX_REPLY_CHARS:
+        return ParsedReply("", "", None, E_TOO_LONG, f"{len(reply)} characters > {MAX_REPLY_CHARS}")
+    if "\x00" in reply:
+        reply = reply.replace("\x00", "")
+    if not reply.strip():
+        return ParsedReply("", "", None, E_EMPTY, "empty reply")
+    thought, public, error = split_private(reply)
+    if error is not None:
+        return ParsedReply(thought, "", None, error, "a <think> block was never closed")
+    tags = list(_ACTION_TAG.finditer(public))
+    if not tags:
+        return ParsedReply(thought, _clip(public), None, E_NO_ACTION, "no [BUY]/[SELL]/[DEAL]/[REJECT]/[QUIT] tag")
+    if len(tags) > 1:
+        kinds = ", ".join(t.group(1).upper() for t in tags[:5])
+        return ParsedReply(thought, _clip(public), None, E_MULTIPLE_ACTIONS, f"{len(tags)} action tags ({kinds})")
+    tag = tags[0]
+    kind = tag.group(1).upper()
+    end = tag.end()
+    price = None
+    if kind in PRICED_KINDS:
+        m = _PRICE.match(public, end)
+        if m is None:
+            code = E_BAD_PRICE if _PRICE_ATTEMPT.match(public, end) else E_MISSING_PRICE
+            return ParsedReply(thought, _clip(public), None, code, f"[{kind}] needs a price like $1,234.50")
+        price = _to_price(m.group("num"))
+        if price is None:
+            return ParsedReply(thought, _clip(public), None, E_BAD_PRICE, f"price out of range (max {MAX_PRICE:.0e})")
+        end = m.end()
+    talk = _clip(_strip_action(public, tag.start(), end))
+    return ParsedReply(thought, talk, Action(kind, price))
+
+
+def _strip_action(public: str, start: int, end: int) -> str:
+    """The public text without the action itself (the action travels separately)."""
+    return (public[:start] + public[end:]).strip()
+
+
+def _clip(talk: str) -> str:
+    return talk if len(talk) <= MAX_TALK_CHARS else talk[: MAX_TALK_CHARS - 1] + "…"

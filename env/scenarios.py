@@ -1,0 +1,234 @@
+"""Scenarios: one product, a buyer budget and a seller cost.
+
+Sources:
+
+* ``builtin``: the catalog in ``env/catalog.py``, written for this project (offline default).
+* ``amazon``: the AmazonHistoryPrice benchmark (Xia et al. 2024) read from
+  ``../shared/data/amazon_history_price`` or ``$HAGGLE_AMAZON_DATA``.
+* any path to a JSON file or a folder of JSON files in that format.
+
+Derivation (the benchmark's): list price ``L = max(list_price, highest_price)``, seller cost
+``C = lowest_price``, buyer budget ``B = 0.8 L``. Mutual interest when ``B > C``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+BUDGET_FACTOR = 0.8
+# The paper holds out 128 of the 930 AmazonHistoryPrice products; other sets keep that share.
+PAPER_TEST_PRODUCTS, PAPER_PRODUCTS = 128, 930
+REPO_ROOT = Path(__file__).resolve().parent.parent
+AMAZON_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "amazon_history_price"
+SOURCES = ("builtin", "amazon")
+
+
+class ScenarioDataError(ValueError):
+    """Scenario data that cannot be used; the message names the file, product and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One negotiation: what is sold, what the buyer may pay, what the seller paid."""
+
+    id: str
+    title: str
+    description: str
+    category: str
+    list_price: float
+    budget: float
+    cost: float
+    source: str = "builtin"
+
+    def __post_init__(self) -> None:
+        for name in ("list_price", "budget", "cost"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ScenarioDataError(f"scenario {self.id!r}: {name} must be a positive finite number, got {value!r}")
+        if not self.title.strip():
+            raise ScenarioDataError(f"scenario {self.id!r}: empty title")
+
+    @property
+    def mutual_interest(self) -> bool:
+        return self.budget > self.cost
+
+    @property
+    def interest(self) -> str:
+        return "mutual" if self.mutual_interest else "conflicting"
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+class Split(NamedTuple):
+    train: list[Scenario]
+    test: list[Scenario]
+
+
+def make_scenario(title: str, description: str, category: str, list_price: float, cost: float,
+                  source: str, budget_factor: float = BUDGET_FACTOR) -> Scenario:
+    """Build a scenario with the benchmark's derivation and a stable id."""
+    digest = hashlib.sha1(f"{category}\n{title}".encode()).hexdigest()[:12]
+    return Scenario(
+        id=f"{source}:{digest}", title=title, description=description, category=category,
+        list_price=round(float(list_price), 2), budget=budget_factor * round(float(list_price), 2),
+        cost=round(float(cost), 2), source=source,
+    )
+
+
+# ---------------------------------------------------------------- AmazonHistoryPrice format
+
+_MONEY = re.compile(r"^\$?\s*(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?$")
+
+
+def parse_money(value: object, where: str) -> float:
+    """``"$1,299.99" -> 1299.99``; anything else raises ``ScenarioDataError`` naming ``where``."""
+    if isinstance(value, bool) or value is None or value == "":
+        raise ScenarioDataError(f"{where}: missing price")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if not _MONEY.match(text):
+            raise ScenarioDataError(f"{where}: unreadable price {value!r} (expected like \"$1,299.99\")")
+        number = float(text.lstrip("$").replace(",", "").strip())
+    else:
+        raise ScenarioDataError(f"{where}: price must be a string or number, got {type(value).__name__}")
+    if not math.isfinite(number) or number <= 0:
+        raise ScenarioDataError(f"{where}: price must be positive and finite, got {value!r}")
+    return number
+
+
+def _product_to_scenario(item: object, index: int, path: Path, source: str, budget_factor: float) -> Scenario:
+    if not isinstance(item, dict):
+        raise ScenarioDataError(f"{path}: product #{index}: expected an object, got {type(item).__name__}")
+    title = item.get("title")
+    if not isinstance(title, str) or not title.strip():
+        raise ScenarioDataError(f"{path}: product #{index}: field 'title' is missing or empty")
+    label = f"{path}: product #{index} ({title.strip()[:60]!r})"
+    prices = {k: parse_money(item.get(k), f"{label}: field '{k}'") for k in ("list_price", "highest_price", "lowest_price")}
+    description = item.get("description")
+    if not isinstance(description, str) or not description.strip():
+        features = item.get("features")
+        description = " ".join(features) if isinstance(features, list) and all(isinstance(f, str) for f in features) else ""
+    category = item.get("category")
+    if not isinstance(category, str) or not category.strip():
+        category = path.stem
+    list_price = max(prices["list_price"], prices["highest_price"])
+    return make_scenario(title.strip(), description.strip()[:2000], category.strip(), list_price,
+                         prices["lowest_price"], source, budget_factor)
+
+
+def load_json_products(path: str | os.PathLike, source: str | None = None,
+                       budget_factor: float = BUDGET_FACTOR) -> list[Scenario]:
+    """Load a JSON file, or every ``*.json`` in a folder, in the AmazonHistoryPrice format."""
+    path = Path(path)
+    if not path.exists():
+        raise ScenarioDataError(f"{path}: no such file or folder")
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise ScenarioDataError(f"{path}: folder holds no .json files")
+    source = source or path.stem
+    scenarios: list[Scenario] = []
+    for file in files:
+        text = file.read_text(encoding="utf-8", errors="replace")
+        if not text.strip():
+            raise ScenarioDataError(f"{file}: file is empty")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioDataError(f"{file}: not valid JSON ({exc})") from None
+        if not isinstance(data, list):
+            raise ScenarioDataError(f"{file}: expected a JSON list of products, got {type(data).__name__}")
+        if not data:
+            raise ScenarioDataError(f"{file}: the list of products is empty")
+        scenarios.extend(_product_to_scenario(item, i, file, source, budget_factor) for i, item in enumerate(data))
+    seen: dict[str, Scenario] = {}
+    for s in scenarios:
+        if s.id in seen:
+            raise ScenarioDataError(f"{path}: product {s.title[:60]!r} appears twice in category {s.category!r}")
+        seen[s.id] = s
+    return scenarios
+
+
+# ---------------------------------------------------------------- sources and splits
+
+_CACHE: dict[tuple, list[Scenario]] = {}
+
+
+def amazon_path() -> Path:
+    return Path(os.environ.get("HAGGLE_AMAZON_DATA", AMAZON_DEFAULT))
+
+
+def resolve_source(source: str = "auto") -> str:
+    """``auto`` means the paper's AmazonHistoryPrice set when it is present, else ``builtin``."""
+    if source == "auto":
+        return "amazon" if amazon_path().is_dir() else "builtin"
+    return source
+
+
+def load_scenarios(source: str = "builtin") -> list[Scenario]:
+    """Scenarios from ``builtin``, ``amazon``, ``auto`` or a path; loaded once per process."""
+    source = resolve_source(source)
+    if source == "builtin":
+        from env.catalog import builtin_catalog
+        return builtin_catalog()
+    path = amazon_path() if source == "amazon" else Path(source)
+    if source == "amazon" and not path.exists():
+        raise ScenarioDataError(f"{path}: AmazonHistoryPrice data not found (set HAGGLE_AMAZON_DATA)")
+    key = (str(path.resolve()), _mtime(path))
+    if key not in _CACHE:
+        _CACHE[key] = load_json_products(path, source="amazon" if source == "amazon" else None)
+    return _CACHE[key]
+
+
+def _mtime(path: Path) -> float:
+    if path.is_dir():
+        return max((f.stat().st_mtime for f in path.glob("*.json")), default=0.0)
+    return path.stat().st_mtime if path.exists() else 0.0
+
+
+def test_count(n: int) -> int:
+    """Test products for a set of ``n``: 128 for the paper's 930, the same share otherwise."""
+    return max(1, round(n * PAPER_TEST_PRODUCTS / PAPER_PRODUCTS)) if n > 1 else 0
+
+
+def split_scenarios(scenarios: Iterable[Scenario], n_test: int | None = None, salt: str = "haggle-split-v1") -> Split:
+    """Deterministic train/test split, stratified by mutual/conflicting interest.
+
+    Order-independent: each product is ranked by a hash of its id, so adding files or
+    shuffling them does not move products between splits.
+    """
+    scenarios = list(scenarios)
+    n_test = test_count(len(scenarios)) if n_test is None else n_test
+    if not 0 <= n_test <= len(scenarios):
+        raise ValueError(f"n_test={n_test} must be between 0 and {len(scenarios)}")
+    rank = lambda s: hashlib.sha256(f"{salt}:{s.id}".encode()).hexdigest()  # noqa: E731
+    test_ids: set[str] = set()
+    strata = [[s for s in scenarios if s.mutual_interest], [s for s in scenarios if not s.mutual_interest]]
+    quotas = [round(n_test * len(strata[0]) / len(scenarios))] if scenarios else [0]
+    quotas.append(n_test - quotas[0])
+    for group, quota in zip(strata, quotas):
+        quota = min(quota, len(group))
+        test_ids.update(s.id for s in sorted(group, key=rank)[:quota])
+    if len(test_ids) < n_test:  # a stratum was too small: fill from the other one
+        rest = sorted((s for s in scenarios if s.id not in test_ids), key=rank)
+        test_ids.update(s.id for s in rest[: n_test - len(test_ids)])
+    return Split([s for s in scenarios if s.id not in test_ids], [s for s in scenarios if s.id in test_ids])
+
+
+def get_split(source: str = "builtin", split: str = "test") -> list[Scenario]:
+    """The ``train``, ``test`` or ``all`` scenarios of a source."""
+    scenarios = load_scenarios(source)
+    if split == "all":
+        return scenarios
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+    return getattr(split_scenarios(scenarios), split)
