@@ -1,0 +1,1 @@
+"""Haggle training: model players, rollouts, SFT/GRPO/SDPO and evaluation scripts."""

@@ -1,0 +1,130 @@
+"""Evaluate buyers against sellers on held-out scenarios and write ``artifacts/eval_scripted.json``.
+
+What it is: the paper's evaluation protocol (held-out test products x several seeds, mean
+reward, deal rate, bargained ratio on deals, first-offer ratio, budget overshoot, all split by
+mutual/conflicting interest) for every scripted buyer against the neutral seller and every
+persona, plus a ``seller: "mix"`` row per buyer over all sellers. Evaluation seeds start at
+``env.evaluation.EVAL_SEED_BASE`` so they never coincide with training seeds.
+
+Run (from the repo root):
+
+    python training/evaluate.py                       # everything, paper data if present
+    python training/evaluate.py --scenarios builtin --buyers expert,lowballer --seeds 2
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from env.evaluation import EVAL_SEED_BASE, format_table, mix_rows, play_cell, summarize_row
+from env.players import BUYERS, SELLERS, make_player
+from env.protocol import REASONING_MODES
+from env.scenarios import get_split, resolve_source
+from training.provenance import provenance, write_json, write_jsonl
+
+DEFAULT_OUT = "artifacts/eval_scripted.json"
+DEFAULT_TRANSCRIPTS = "artifacts/transcripts/eval_scripted.jsonl"
+
+
+def _names(value: str, table: dict, what: str) -> list[str]:
+    if value == "all":
+        return list(table)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown or not names:
+        raise ValueError(f"unknown {what} {', '.join(unknown) or repr(value)}; choose from all, {', '.join(table)}")
+    return names
+
+
+@dataclass
+class EvalConfig:
+    scenarios: str = field(default="auto", metadata={"help": "builtin, amazon, auto (amazon if present) or a JSON path"})
+    split: str = field(default="test", metadata={"help": "test (held out), train or all"})
+    buyers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(BUYERS)}"})
+    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
+    seeds: int = field(default=4, metadata={"help": "episodes per product per cell (the paper: 4)"})
+    seed_base: int = field(default=EVAL_SEED_BASE, metadata={"help": "first evaluation seed"})
+    limit: int = field(default=0, metadata={"help": "use only the first N products of the split (0 = all)"})
+    max_turns: int = field(default=6, metadata={"help": "exchanges (buyer reply + seller reply) per episode"})
+    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a (Thought field) or option_b (<think>)"})
+    out: str = field(default=DEFAULT_OUT, metadata={"help": "artifact JSON path"})
+    transcripts: str = field(default=DEFAULT_TRANSCRIPTS, metadata={"help": "JSONL transcripts path ('' for none)"})
+    transcripts_per_cell: int = field(default=2, metadata={"help": "transcripts kept per buyer x seller cell"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+    def __post_init__(self):
+        if self.split not in ("test", "train", "all"):
+            raise ValueError(f"--split must be test, train or all, got {self.split!r}")
+        if self.seeds < 1:
+            raise ValueError(f"--seeds must be at least 1, got {self.seeds}")
+        if self.limit < 0:
+            raise ValueError(f"--limit must be 0 (all) or positive, got {self.limit}")
+        if self.max_turns < 1:
+            raise ValueError(f"--max_turns must be at least 1, got {self.max_turns}")
+        if self.seed_base < 0:
+            raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
+        if self.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}, got {self.reasoning_mode!r}")
+        self.buyer_names = _names(self.buyers, BUYERS, "buyer")
+        self.seller_names = _names(self.sellers, SELLERS, "seller")
+
+
+def run(config: EvalConfig, command: str | None = None) -> dict:
+    """Play every cell and return the artifact (also written to ``config.out`` when set)."""
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    start = time.perf_counter()
+    dataset = resolve_source(config.scenarios)
+    scenarios = get_split(dataset, config.split)
+    if config.limit:
+        scenarios = scenarios[: config.limit]
+    cells, rows, transcripts = {}, [], []
+    total = len(config.buyer_names) * len(config.seller_names) * len(scenarios)
+    with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
+        for b in config.buyer_names:
+            for s in config.seller_names:
+                metrics, kept = play_cell(
+                    scenarios, lambda: make_player("buyer", b, config.reasoning_mode),
+                    lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
+                    config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
+                cells[(b, s)] = metrics
+                rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset))
+                transcripts.extend({"buyer": b, "seller": s, **t} for t in kept)
+    if len(config.seller_names) > 1:
+        rows.extend(mix_rows(cells, config.split, dataset))
+    cfg = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
+    cfg["dataset"] = dataset
+    cfg["products"] = len(scenarios)
+    seeds = {"base": config.seed_base, "per_product": config.seeds,
+             "rule": "seed = base + product_index * per_product + k"}
+    artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+    if config.out:
+        write_json(config.out, artifact)
+    if config.transcripts and transcripts:
+        write_jsonl(config.transcripts, transcripts)
+    return artifact
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from transformers import HfArgumentParser  # noqa: PLC0415  (one config convention for all scripts)
+
+    parser = HfArgumentParser(EvalConfig)
+    try:
+        (config,) = parser.parse_args_into_dataclasses(args=argv)
+    except ValueError as exc:
+        parser.error(str(exc))
+    artifact = run(config)
+    print(format_table(artifact["rows"]))
+    mix = [r for r in artifact["rows"] if r["seller"] == "mix"]
+    if mix:
+        best = max(mix, key=lambda r: r["reward_mean"])
+        print(f"\nbest buyer against the seller mix: {best['buyer']} ({best['reward_mean']:+.3f})")
+    if config.out:
+        print(f"wrote {config.out}" + (f" and {config.transcripts}" if config.transcripts else ""))
+    return artifact
+
+
+if __name__ == "__main__":
+    main()

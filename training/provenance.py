@@ -1,0 +1,91 @@
+"""Provenance and atomic writes for every artifact (GUIDE section 7).
+
+Each artifact JSON carries a top-level ``provenance`` object: the command that made it,
+its configuration, its seeds, the git commit, the date, the machine and the wall time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit() -> str:
+    """HEAD's hash, with ``-dirty`` when tracked files differ from it; ``unknown`` outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        import torch  # noqa: PLC0415  (only to name the GPU when there is one)
+        if "torch" in sys.modules and torch.cuda.is_available():
+            cpu += f", GPU {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return f"{platform.system()} {platform.release()} {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def command_line(script: str | None = None, argv: list[str] | None = None) -> str:
+    """The command as a user would type it from the repo root."""
+    argv = sys.argv if argv is None else argv
+    script = script or argv[0]
+    try:
+        script = str(Path(script).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        pass
+    return "python " + " ".join(shlex.quote(a) for a in [script, *argv[1:]])
+
+
+def provenance(config: dict, seeds: Any, wall_time_s: float, command: str | None = None) -> dict:
+    return {
+        "command": command or command_line(),
+        "config": config,
+        "seeds": seeds,
+        "commit": git_commit(),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "wall_time_s": round(wall_time_s, 3),
+    }
+
+
+def _atomic_write(path: str | os.PathLike, write) -> Path:
+    """Call ``write(file)`` on a temporary file in the same folder, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, data: Any) -> Path:
+    """Write JSON atomically (readers never see half a file)."""
+    return _atomic_write(path, lambda f: f.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n"))
+
+
+def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> Path:
+    """Write JSON lines atomically."""
+    return _atomic_write(path, lambda f: f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
