@@ -169,7 +169,7 @@ class BargainEnv:
             kind = "move" if error else None
         self.replies += 1
         entry = {"role": role, "turn": self.turn, "thought": parsed.thought, "talk": parsed.talk,
-                 "action": parsed.action.render() if parsed.action else None, "error": error}
+                 "action": parsed.action, "error": error}
         if error is not None and parsed.action is None and isinstance(reply, str):
             entry["raw"] = reply[:500]
         self.log.append(entry)
@@ -253,5 +253,6 @@ class BargainEnv:
 
     def transcript(self) -> dict:
         """The whole episode: scenario, both sides' private and public parts, and the metrics."""
+        turns = [{**e, "action": e["action"].render() if e["action"] else None} for e in self.log]
         return {"scenario": self.scenario.to_dict(), "seed": self.seed, "max_turns": self.max_turns,
-                "turns": list(self.log), "metrics": self.metrics().to_dict()}
+                "turns": turns, "metrics": self.metrics().to_dict()}

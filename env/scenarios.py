@@ -90,9 +90,9 @@ _MONEY = re.compile(r"^\$?\s*(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?$")
 
 def parse_money(value: object, where: str) -> float:
     """``"$1,299.99" -> 1299.99``; anything else raises ``ScenarioDataError`` naming ``where``."""
-    if isinstance(value, bool) or value is None or value == "":
+    if value is None or value == "":
         raise ScenarioDataError(f"{where}: missing price")
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
     elif isinstance(value, str):
         text = value.strip()

@@ -1,0 +1,37 @@
+"""Shared fixtures: scenarios and a helper to play a fixed list of replies."""
+
+from __future__ import annotations
+
+import pytest
+
+from env.bargain import BargainEnv
+from env.scenarios import Scenario, make_scenario
+
+
+@pytest.fixture
+def scenario() -> Scenario:
+    # list $200, budget $160, cost $100: mutual interest, gap $60.
+    return make_scenario("Test Kettle", "A kettle.", "home-kitchen", 200.0, 100.0, "test")
+
+
+@pytest.fixture
+def conflicting() -> Scenario:
+    # list $100, budget $80, cost $90: no deal can pay the buyer.
+    return make_scenario("Rare Lamp", "A lamp.", "home-kitchen", 100.0, 90.0, "test")
+
+
+def reply(action: str, talk: str = "ok", thought: str = "hmm") -> str:
+    return f"Thought: {thought}\nTalk: {talk}\nAction: {action}"
+
+
+def run_replies(scenario: Scenario, replies: list[str], max_turns: int = 6):
+    """Feed replies alternately (buyer first) until the episode ends; return (env, results)."""
+    env = BargainEnv(max_turns)
+    env.reset(scenario, seed=0)
+    results = []
+    for r in replies:
+        res = env.step(r)
+        results.append(res)
+        if res.done:
+            break
+    return env, results
