@@ -74,6 +74,7 @@ def _atomic_write(path: str | os.PathLike, write) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             write(f)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
