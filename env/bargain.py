@@ -92,7 +92,11 @@ class EpisodeMetrics(NamedTuple):
 
 
 class StepResult(NamedTuple):
-    """Gymnasium's step contract: terminated (deal or quit) is not truncated (turn limit)."""
+    """Gymnasium's step contract: terminated (deal or quit) is not truncated (turn limit).
+
+    ``observation`` is the next mover's view. ``info`` is for the operator (the runner or
+    trainer), not for players: it names errors such as ``below_cost`` that the buyer must
+    not learn from. ``reward`` is the buyer's, non-zero only when the episode ends."""
 
     observation: Observation
     reward: float
@@ -203,26 +207,24 @@ class BargainEnv:
                 return self._end(rules.END_BUYER_FORMAT)
             self.invalid_moves += 1
             return self._end(rules.END_OVER_BUDGET if error == rules.E_OVER_BUDGET else rules.END_BUYER_INVALID)
-        self.history += (Message(BUYER, talk, action),)
-        if action.kind == BUY:
-            self.offers[BUYER] = action.price
-        elif action.kind == DEAL:
-            self._end(rules.END_DEAL, self.offers[SELLER])
-        elif action.kind == QUIT:
-            self._end(rules.END_BUYER_QUIT)
+        self._apply(BUYER, talk, action)
 
     def _seller_move(self, talk: str, action: Action | None, error: str | None) -> None:
         if error is not None:  # regulated: the move is blocked and counts as [REJECT]
             self.seller_blocked += 1
             self.history += (Message(SELLER, "", Action(REJECT), BLOCKED_NOTE),)
             return
-        self.history += (Message(SELLER, talk, action),)
-        if action.kind == SELL:
-            self.offers[SELLER] = action.price
+        self._apply(SELLER, talk, action)
+
+    def _apply(self, role: str, talk: str, action: Action) -> None:
+        """A legal move: publish it, then update the standing offer or end the episode."""
+        self.history += (Message(role, talk, action),)
+        if action.kind in (BUY, SELL):
+            self.offers[role] = action.price
         elif action.kind == DEAL:
-            self._end(rules.END_DEAL, self.offers[BUYER])
+            self._end(rules.END_DEAL, self.offers[OTHER[role]])
         elif action.kind == QUIT:
-            self._end(rules.END_SELLER_QUIT)
+            self._end(rules.END_BUYER_QUIT if role == BUYER else rules.END_SELLER_QUIT)
 
     def _end(self, reason: str, price: float | None = None) -> None:
         s = self.scenario

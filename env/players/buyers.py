@@ -27,11 +27,6 @@ class ScriptedBuyer(ScriptedPlayer):
     role = "buyer"
     talk_lines = BUYER_TALK
 
-    @staticmethod
-    def seller_ask(obs: Observation) -> float | None:
-        """The seller's standing offer, if any."""
-        return obs.their_offer
-
     def offer(self, obs: Observation, price: float, thought: str) -> tuple[str, str, Action]:
         """Offer ``price`` rounded down and capped at the budget; take the ask if it is no higher."""
         price = min(nice_price(price, obs.list_price, up=False), obs.private_value)
