@@ -10,6 +10,13 @@ Run (from the repo root):
 
     python training/evaluate.py                       # everything, paper data if present
     python training/evaluate.py --scenarios builtin --buyers expert,lowballer --seeds 2
+    python training/evaluate.py --buyer-model tiny --buyer-name base --out artifacts/eval_base.json
+    python training/evaluate.py --buyer-model Qwen/Qwen3-0.6B --reasoning-mode option_b
+    python training/evaluate.py --buyer-model gpt-4.1-mini --base-url https://api.openai.com/v1
+
+Model players (``--buyer-model`` / ``--seller-model``: ``tiny``, a local path or a Hub id; with
+``--base-url`` a model served behind an OpenAI-compatible endpoint, key from ``$OPENAI_API_KEY``)
+replace the scripted buyer or seller list and play through the batched rollout engine.
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from env.evaluation import EVAL_SEED_BASE, format_table, mix_rows, play_cell, summarize_row
+from env.bargain import EpisodeMetrics
+from env.evaluation import EVAL_SEED_BASE, episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.players import BUYERS, SELLERS, make_player
 from env.protocol import REASONING_MODES
 from env.scenarios import get_split, resolve_source
+from training.backends import SamplingConfig
 from training.provenance import provenance, write_json, write_jsonl
 
 DEFAULT_OUT = "artifacts/eval_scripted.json"
@@ -53,6 +62,15 @@ class EvalConfig:
     transcripts: str = field(default=DEFAULT_TRANSCRIPTS, metadata={"help": "JSONL transcripts path ('' for none)"})
     transcripts_per_cell: int = field(default=2, metadata={"help": "transcripts kept per buyer x seller cell"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    buyer_model: str = field(default="", metadata={"help": "model buyer: tiny, a path or a Hub id (replaces --buyers)"})
+    buyer_name: str = field(default="", metadata={"help": "row label of the model buyer (base, sft, grpo, sdpo...)"})
+    seller_model: str = field(default="", metadata={"help": "model seller (replaces --sellers)"})
+    seller_name: str = field(default="", metadata={"help": "row label of the model seller"})
+    base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
+    backend: str = field(default="transformers", metadata={"help": "transformers or vllm (local models)"})
+    batch_size: int = field(default=64, metadata={"help": "episodes played in lockstep per batch (model players)"})
+    device: str = field(default="", metadata={"help": "cpu, cuda... (default: cuda if available)"})
 
     def __post_init__(self):
         if self.split not in ("test", "train", "all"):
@@ -67,15 +85,68 @@ class EvalConfig:
             raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}, got {self.reasoning_mode!r}")
-        self.buyer_names = _names(self.buyers, BUYERS, "buyer")
-        self.seller_names = _names(self.sellers, SELLERS, "seller")
+        if self.backend not in ("transformers", "vllm"):
+            raise ValueError(f"--backend must be transformers or vllm, got {self.backend!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
+        self.buyer_names = ([self.buyer_name or _label(self.buyer_model)] if self.buyer_model
+                            else _names(self.buyers, BUYERS, "buyer"))
+        self.seller_names = ([self.seller_name or _label(self.seller_model)] if self.seller_model
+                             else _names(self.sellers, SELLERS, "seller"))
 
 
-def run(config: EvalConfig, command: str | None = None) -> dict:
+def _label(model: str) -> str:
+    return model.rstrip("/").rsplit("/", 1)[-1] or model
+
+
+def build_agent(model: str, config: EvalConfig, sampling: SamplingConfig):
+    """An ``LLMAgent`` for a model name, on the configured backend."""
+    from training.backends import OpenAIChatBackend, TransformersBackend, VLLMBackend  # noqa: PLC0415
+    from training.models import load_model, resolve_model_path  # noqa: PLC0415
+    from training.rollout import LLMAgent  # noqa: PLC0415
+
+    if config.base_url:
+        backend = OpenAIChatBackend(model, config.base_url, config.api_key_env, sampling)
+    elif config.backend == "vllm":
+        from transformers import AutoTokenizer  # noqa: PLC0415
+        path = resolve_model_path(model)
+        backend = VLLMBackend(path, AutoTokenizer.from_pretrained(path), sampling)
+    else:
+        m, tok = load_model(model, device=config.device or None)
+        backend = TransformersBackend(m, tok, sampling)
+    return LLMAgent(backend, config.reasoning_mode, name=_label(model))
+
+
+def play_model_cell(scenarios, buyer, seller, config: EvalConfig, on_product) -> tuple[list[EpisodeMetrics], list[dict]]:
+    """A cell with a model player: the same (product, seed) episodes, through the rollout engine."""
+    from training.rollout import play_episodes  # noqa: PLC0415
+
+    episodes = [(sc, episode_seed(i, k, config.seeds, config.seed_base))
+                for i, sc in enumerate(scenarios) for k in range(config.seeds)]
+    metrics, kept = [], []
+    for start in range(0, len(episodes), config.batch_size):
+        batch = episodes[start: start + config.batch_size]
+        done = 0
+
+        def tick(_i):
+            nonlocal done
+            done += 1
+            if done % config.seeds == 0:
+                on_product()
+        records = play_episodes(batch, buyer, seller, config.max_turns, on_done=tick)
+        metrics += [EpisodeMetrics(**r.metrics) for r in records]
+        kept += [r.transcript for r in records][: max(0, config.transcripts_per_cell - len(kept))]
+    return metrics, kept
+
+
+def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig | None = None) -> dict:
     """Play every cell and return the artifact (also written to ``config.out`` when set)."""
     from tqdm.auto import tqdm  # noqa: PLC0415
 
     start = time.perf_counter()
+    sampling = sampling or SamplingConfig()
+    buyer_agent = build_agent(config.buyer_model, config, sampling) if config.buyer_model else None
+    seller_agent = build_agent(config.seller_model, config, sampling) if config.seller_model else None
     dataset = resolve_source(config.scenarios)
     scenarios = get_split(dataset, config.split)
     if config.limit:
@@ -85,16 +156,22 @@ def run(config: EvalConfig, command: str | None = None) -> dict:
     with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
         for b in config.buyer_names:
             for s in config.seller_names:
-                metrics, kept = play_cell(
-                    scenarios, lambda: make_player("buyer", b, config.reasoning_mode),
-                    lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
-                    config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
+                if buyer_agent or seller_agent:
+                    metrics, kept = play_model_cell(
+                        scenarios, buyer_agent or b, seller_agent or s, config, on_product=lambda: bar.update(1))
+                else:
+                    metrics, kept = play_cell(
+                        scenarios, lambda: make_player("buyer", b, config.reasoning_mode),
+                        lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
+                        config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
                 cells[(b, s)] = metrics
                 rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset))
                 transcripts.extend({"buyer": b, "seller": s, **t} for t in kept)
     if len(config.seller_names) > 1:
         rows.extend(mix_rows(cells, config.split, dataset))
     cfg = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
+    if buyer_agent or seller_agent:
+        cfg["sampling"] = asdict(sampling)
     cfg["dataset"] = dataset
     cfg["products"] = len(scenarios)
     seeds = {"base": config.seed_base, "per_product": config.seeds,
@@ -110,12 +187,12 @@ def run(config: EvalConfig, command: str | None = None) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     from transformers import HfArgumentParser  # noqa: PLC0415  (one config convention for all scripts)
 
-    parser = HfArgumentParser(EvalConfig)
+    parser = HfArgumentParser((EvalConfig, SamplingConfig))
     try:
-        (config,) = parser.parse_args_into_dataclasses(args=argv)
+        config, sampling = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as exc:
         parser.error(str(exc))
-    artifact = run(config)
+    artifact = run(config, sampling=sampling)
     print(format_table(artifact["rows"]))
     mix = [r for r in artifact["rows"] if r["seller"] == "mix"]
     if mix:

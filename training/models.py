@@ -1,0 +1,140 @@
+"""Models: the tiny offline default and any Hugging Face causal LM, behind one loader.
+
+The tiny model is built here with no download: a byte-level BPE tokenizer trained with
+``tokenizers`` on negotiation text the environment generates (digits split into single
+tokens so prices can be learned; protocol markers and chat specials as whole tokens),
+wrapped for transformers with TRL's bundled Qwen3 chat template unchanged, and a small
+Qwen3-architecture ``AutoModelForCausalLM``. ``load_model("tiny")`` builds it once into a
+cache folder; ``load_model("Qwen/Qwen3-0.6B")`` or a local path loads anything else.
+
+    python training/models.py --out runs/tiny-base       # build and save the tiny model
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TINY = "tiny"
+DEFAULT_TINY_DIR = Path(os.environ.get("HAGGLE_TINY_DIR", REPO_ROOT / ".cache" / "tiny-base"))
+CHAT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Non-special added tokens: they survive decoding (the parser needs them) yet stay whole.
+MARKERS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+           "Thought:", "Talk:", "Action:", "[BUY]", "[SELL]", "[DEAL]", "[REJECT]", "[QUIT]"]
+TINY_CONFIG = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=64, max_position_embeddings=4096, rope_theta=10000.0,
+                   tie_word_embeddings=True)
+
+
+def qwen3_chat_template() -> str:
+    """TRL's bundled Qwen3 template, unchanged (TRL recognises templates by exact string)."""
+    from trl.chat_template_utils import qwen3_chat_template as template  # noqa: PLC0415
+    return template
+
+
+def tokenizer_corpus(games: int = 1500, seed: int = 0) -> list[str]:
+    """Chat-formatted negotiation text from scripted games on the built-in catalog's train split."""
+    from env.play import play_episode  # noqa: PLC0415
+    from env.players import BUYERS, SELLERS, make_player  # noqa: PLC0415
+    from env.scenarios import get_split  # noqa: PLC0415
+    from training.prompts import new_user_messages, system_prompt  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    scenarios = get_split("builtin", "train")
+    texts = []
+    for i in range(games):
+        mode = ("option_a", "option_b")[i % 2]
+        buyer = make_player("buyer", rng.choice(list(BUYERS)), mode)
+        seller = make_player("seller", rng.choice(list(SELLERS)), mode)
+        env = play_episode(rng.choice(scenarios), buyer, seller, seed=i)
+        for role in ("buyer", "seller"):
+            obs = env.observe(role)
+            parts = [f"<|im_start|>system\n{system_prompt(obs, mode)}<|im_end|>"]
+            parts += [f"<|im_start|>user\n{u}<|im_end|>" for u in new_user_messages(obs, 0)]
+            parts += [f"<|im_start|>assistant\n{t['thought']} {t['talk']} {t['action']}<|im_end|>"
+                      for t in env.log if t["role"] == role]
+            texts.append("\n".join(parts))
+    # every price shape, so no digit pattern is unseen
+    texts += [f"[BUY] ${rng.uniform(0, 9999):,.2f} [SELL] {rng.randint(0, 99999)}" for _ in range(200)]
+    return texts
+
+
+def build_tokenizer(vocab_size: int = 1024, games: int = 1500):
+    """Train the tiny tokenizer and wrap it for transformers with the Qwen3 chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=CHAT_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(tokenizer_corpus(games), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"], padding_side="left")
+    fast.add_tokens(MARKERS)
+    fast.chat_template = qwen3_chat_template()
+    return fast
+
+
+def build_tiny(out_dir: str | os.PathLike = DEFAULT_TINY_DIR, seed: int = 0, vocab_size: int = 1024):
+    """Build the tiny tokenizer and an untrained Qwen3-architecture model; save both to ``out_dir``."""
+    import torch  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen3Config  # noqa: PLC0415
+
+    tokenizer = build_tokenizer(vocab_size)
+    config = Qwen3Config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **TINY_CONFIG)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
+    return model, tokenizer
+
+
+def resolve_model_path(name: str) -> str:
+    """``tiny`` means the cached tiny model (built on first use); anything else is passed through."""
+    if name != TINY:
+        return name
+    if not (DEFAULT_TINY_DIR / "config.json").exists():
+        build_tiny(DEFAULT_TINY_DIR)
+    return str(DEFAULT_TINY_DIR)
+
+
+def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto"):
+    """Load any causal LM and its tokenizer (left padding, a pad token) for generation."""
+    import torch  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+    path = resolve_model_path(name)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Build and save the tiny offline model.")
+    ap.add_argument("--out", default=str(DEFAULT_TINY_DIR))
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    model, tokenizer = build_tiny(args.out, args.seed)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"tiny model: {n / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}, saved to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""What a language-model player reads: its system prompt and the opponent's public messages.
+
+One function per role builds the system prompt from the scenario and that role's private
+value only; ``assert_no_leak`` refuses any prompt that contains the other role's private
+value or private reasoning (a bug guard: the environment's projections already keep them
+apart, this catches a prompt builder that reaches around them).
+"""
+
+from __future__ import annotations
+
+from env.bargain import Message, Observation
+from env.protocol import format_price
+from env.rules import BUYER, SELLER
+from env.scenarios import Scenario
+
+FORMATS = {
+    "option_a": ("Reply in exactly this format, three lines:\n"
+                 "Thought: <your private reasoning; the other side never sees it>\n"
+                 "Talk: <what you say to the other side>\n"
+                 "Action: <exactly one action>"),
+    "option_b": ("Think privately inside <think>...</think> first (the other side never sees it), then reply:\n"
+                 "Talk: <what you say to the other side>\n"
+                 "Action: <exactly one action>"),
+}
+ACTIONS = {
+    BUYER: "[BUY] $X to offer $X, [DEAL] $X to accept the seller's current price $X, [REJECT], or [QUIT]",
+    SELLER: "[SELL] $X to ask $X, [DEAL] $X to accept the buyer's current offer $X, [REJECT], or [QUIT]",
+}
+
+
+class LeakError(RuntimeError):
+    """A prompt would show a player something only the other side may know."""
+
+
+def _product(obs: Observation) -> str:
+    desc = f"\nDescription: {obs.description}" if obs.description else ""
+    return f"Product: {obs.title}\nCategory: {obs.category}\nList price: {format_price(obs.list_price)}{desc}"
+
+
+def system_prompt(obs: Observation, reasoning_mode: str = "option_a") -> str:
+    """The system prompt for ``obs.role``, built from that role's own view only.
+
+    Shared instructions come first and the episode's own facts last, so that prompts of many
+    episodes share a long common prefix (computed once by prefix-caching backends)."""
+    if obs.role == BUYER:
+        goal = ("You are the buyer. The less you pay, the better. Never offer or accept more than your budget: "
+                "going over it is the worst outcome, and a deal at exactly your budget is worth nothing to you.")
+        secret = f"Your budget: {format_price(obs.private_value)}"
+    else:
+        goal = ("You are the seller. The more you get, the better. The market does not let you sell below "
+                "what the product cost you.")
+        secret = f"Your cost: {format_price(obs.private_value)}"
+    return (f"You are negotiating the price of a product, one buyer against one seller. The negotiation lasts at "
+            f"most {obs.max_turns} rounds; the buyer speaks first in each round. Prices are in dollars.\n\n"
+            f"{FORMATS[reasoning_mode]}\n\n{goal}\nYour actions: {ACTIONS[obs.role]}.\n\n"
+            f"{_product(obs)}\n{secret} (private: the other side does not know it)")
+
+
+def opening_message(obs: Observation) -> str:
+    """The first user message of a conversation: the buyer is asked to open."""
+    return f"Round 1 of {obs.max_turns}. The seller is waiting for your opening offer."
+
+
+def opponent_message(msg: Message, obs: Observation) -> str:
+    """An opponent's public message as the next user turn, with the round for the deadline."""
+    who = "Seller" if msg.role == SELLER else "Buyer"
+    return f"Round {obs.turn} of {obs.max_turns}. {who}:\n{msg.render()}"
+
+
+def new_user_messages(obs: Observation, seen: int) -> list[str]:
+    """User turns for everything in ``obs.history`` after index ``seen`` (the opponent's messages)."""
+    out = [opponent_message(m, obs) for m in obs.history[seen:] if m.role != obs.role]
+    if not out and not obs.history and obs.role == BUYER:
+        out = [opening_message(obs)]
+    return out
+
+
+def _number_forms(value: float) -> tuple[str, ...]:
+    return (format_price(value), f"{value:.2f}", f"{value:,.2f}")
+
+
+def assert_no_leak(text: str, scenario: Scenario, role: str, opponent_thoughts: tuple[str, ...] = (),
+                   check_values: bool = True) -> str:
+    """Raise ``LeakError`` if ``text`` (a prompt for ``role``) holds the other side's secrets.
+
+    ``check_values`` looks for the other side's private value; use it on text the prompt
+    builder writes (system prompt, opening). Opponent messages are public by construction
+    and may name any price (a seller may ask exactly its cost), so they are checked for the
+    opponent's private reasoning only.
+    """
+    secret = scenario.cost if role == BUYER else scenario.budget
+    for form in _number_forms(secret) if check_values else ():
+        if form in text:
+            other = "cost" if role == BUYER else "budget"
+            raise LeakError(f"prompt for the {role} contains the {other} ({form}) of scenario {scenario.id}")
+    for thought in opponent_thoughts:
+        if thought and len(thought) >= 8 and thought in text:
+            raise LeakError(f"prompt for the {role} contains the other side's private reasoning")
+    return text
