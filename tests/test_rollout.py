@@ -178,3 +178,22 @@ def test_llm_player_plays_through_the_player_interface(tiny):
     env = play_episode(SCENARIOS[0], __import__("env.players", fromlist=["x"]).make_player("buyer", "expert"),
                        LLMPlayer(agent, "seller"), seed=4)
     assert env.metrics().turns == 6 and env.metrics().seller_blocked >= 1
+
+
+def test_rollout_benchmark_script_and_artifact(tiny_dir, tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import rollout_speed
+    finally:
+        sys.path.pop(0)
+    art = rollout_speed.run(str(tiny_dir), episodes=3, max_new_tokens=4, dtypes=["float32"], out=str(tmp_path / "r.json"))
+    res = art["results"]
+    assert res["by_dtype"]["float32"]["generated_tokens_engine"] == res["by_dtype"]["float32"]["generated_tokens_sequential"]
+    assert 0 < res["forward_fraction"] <= 1 and res["episodes_per_s"] > 0
+    shipped = json.loads((root / "artifacts" / "benchmarks" / "rollout.json").read_text())
+    assert {"speedup", "forward_fraction", "episodes_per_s"} <= set(shipped["results"])
+    assert {"command", "config", "seeds", "commit", "date", "machine", "wall_time_s"} <= set(shipped["provenance"])
