@@ -169,8 +169,21 @@ def test_leak_guard_fires(tiny):
     conv = Conversation(agent, "seller", clean)
     conv.observe(env.observe("seller"), opponent_thoughts=("SECRET-PLAN-1234",))
     assert "SECRET-PLAN-1234" not in str(conv.messages)
-    with pytest.raises(LeakError, match="private reasoning"):  # a 'thought' that did reach the prompt
-        Conversation(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("Talk: hi\nAction",))
+    with pytest.raises(LeakError, match="private reasoning"):  # a 'thought' the prompt builder itself shows
+        Conversation(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("Round 1 of 6. Buyer:",))
+    # a buyer that says its thought aloud made it public: no error
+    env.reset(clean, 1)
+    env.step("Thought: I offer $40 now\nTalk: I offer $40 now\nAction: [BUY] $40")
+    Conversation(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("I offer $40 now",))
+
+
+def test_vllm_backend_is_optional_with_a_clear_error(tiny_dir):
+    import importlib.util
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    from training.backends import VLLMBackend
+    with pytest.raises(ImportError, match="pip install vllm"):
+        VLLMBackend(str(tiny_dir), None)
 
 
 def test_llm_player_plays_through_the_player_interface(tiny):

@@ -53,7 +53,7 @@ def tokenizer_corpus(games: int = 1500, seed: int = 0) -> list[str]:
         for role in ("buyer", "seller"):
             obs = env.observe(role)
             parts = [f"<|im_start|>system\n{system_prompt(obs, mode)}<|im_end|>"]
-            parts += [f"<|im_start|>user\n{u}<|im_end|>" for u in new_user_messages(obs, 0)]
+            parts += [f"<|im_start|>user\n{u}<|im_end|>" for u, _ in new_user_messages(obs, 0)]
             parts += [f"<|im_start|>assistant\n{t['thought']} {t['talk']} {t['action']}<|im_end|>"
                       for t in env.log if t["role"] == role]
             texts.append("\n".join(parts))

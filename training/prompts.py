@@ -67,11 +67,12 @@ def opponent_message(msg: Message, obs: Observation) -> str:
     return f"Round {obs.turn} of {obs.max_turns}. {who}:\n{msg.render()}"
 
 
-def new_user_messages(obs: Observation, seen: int) -> list[str]:
-    """User turns for everything in ``obs.history`` after index ``seen`` (the opponent's messages)."""
-    out = [opponent_message(m, obs) for m in obs.history[seen:] if m.role != obs.role]
+def new_user_messages(obs: Observation, seen: int) -> list[tuple[str, str]]:
+    """``(user turn, the opponent's own Talk in it)`` for everything in ``obs.history`` after index
+    ``seen``; the buyer's very first turn is the opening request."""
+    out = [(opponent_message(m, obs), m.talk) for m in obs.history[seen:] if m.role != obs.role]
     if not out and not obs.history and obs.role == BUYER:
-        out = [opening_message(obs)]
+        out = [(opening_message(obs), "")]
     return out
 
 
@@ -86,7 +87,8 @@ def assert_no_leak(text: str, scenario: Scenario, role: str, opponent_thoughts: 
     ``check_values`` looks for the other side's private value; use it on text the prompt
     builder writes (system prompt, opening). Opponent messages are public by construction
     and may name any price (a seller may ask exactly its cost), so they are checked for the
-    opponent's private reasoning only.
+    opponent's private reasoning only, with the opponent's own Talk taken out first (what a
+    player chose to say aloud is public, even if it repeats its thoughts).
     """
     secret = scenario.cost if role == BUYER else scenario.budget
     for form in _number_forms(secret) if check_values else ():

@@ -112,10 +112,10 @@ class Conversation:
             self.messages.append({"role": "system", "content": sys})
         new = new_user_messages(obs, self.seen)
         self.seen = len(obs.history)
-        for text in new:
+        for text, talk in new:
             if self.scenario is not None:
-                assert_no_leak(text, self.scenario, self.role, opponent_thoughts,
-                               check_values=first and not obs.history)
+                assert_no_leak(text.replace(talk, "") if talk else text, self.scenario, self.role,
+                               opponent_thoughts, check_values=first and not obs.history)
             self.messages.append({"role": "user", "content": text})
             if not agent.chat_only and not first:
                 self._extend(agent.user_turn_ids(text), None, 0)
