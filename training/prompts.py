@@ -14,17 +14,17 @@ from env.rules import BUYER, SELLER
 from env.scenarios import Scenario
 
 FORMATS = {
-    "option_a": ("Reply in exactly this format, three lines:\n"
-                 "Thought: <your private reasoning; the other side never sees it>\n"
-                 "Talk: <what you say to the other side>\n"
-                 "Action: <exactly one action>"),
-    "option_b": ("Think privately inside <think>...</think> first (the other side never sees it), then reply:\n"
-                 "Talk: <what you say to the other side>\n"
-                 "Action: <exactly one action>"),
+    "option_a": "Reply in three lines:\nThought: <private reasoning>\nTalk: <what you say>\nAction: <one action>",
+    "option_b": "Think inside <think>...</think> (private), then reply:\nTalk: <what you say>\nAction: <one action>",
 }
 ACTIONS = {
-    BUYER: "[BUY] $X to offer $X, [DEAL] $X to accept the seller's current price $X, [REJECT], or [QUIT]",
-    SELLER: "[SELL] $X to ask $X, [DEAL] $X to accept the buyer's current offer $X, [REJECT], or [QUIT]",
+    BUYER: "[BUY] $X to offer, [DEAL] $X to accept the seller's price $X, [REJECT], [QUIT]",
+    SELLER: "[SELL] $X to ask, [DEAL] $X to accept the buyer's offer $X, [REJECT], [QUIT]",
+}
+GOALS = {
+    BUYER: ("You are the buyer: pay as little as possible and never more than your budget (going over it is the "
+            "worst outcome; paying exactly the budget gains nothing)."),
+    SELLER: "You are the seller: sell as high as possible, never below your cost.",
 }
 
 
@@ -33,8 +33,8 @@ class LeakError(RuntimeError):
 
 
 def _product(obs: Observation) -> str:
-    desc = f"\nDescription: {obs.description}" if obs.description else ""
-    return f"Product: {obs.title}\nCategory: {obs.category}\nList price: {format_price(obs.list_price)}{desc}"
+    desc = f" {obs.description}" if obs.description else ""
+    return f"Product: {obs.title} ({obs.category}), list price {format_price(obs.list_price)}.{desc}"
 
 
 def system_prompt(obs: Observation, reasoning_mode: str = "option_a") -> str:
@@ -42,18 +42,11 @@ def system_prompt(obs: Observation, reasoning_mode: str = "option_a") -> str:
 
     Shared instructions come first and the episode's own facts last, so that prompts of many
     episodes share a long common prefix (computed once by prefix-caching backends)."""
-    if obs.role == BUYER:
-        goal = ("You are the buyer. The less you pay, the better. Never offer or accept more than your budget: "
-                "going over it is the worst outcome, and a deal at exactly your budget is worth nothing to you.")
-        secret = f"Your budget: {format_price(obs.private_value)}"
-    else:
-        goal = ("You are the seller. The more you get, the better. The market does not let you sell below "
-                "what the product cost you.")
-        secret = f"Your cost: {format_price(obs.private_value)}"
-    return (f"You are negotiating the price of a product, one buyer against one seller. The negotiation lasts at "
-            f"most {obs.max_turns} rounds; the buyer speaks first in each round. Prices are in dollars.\n\n"
-            f"{FORMATS[reasoning_mode]}\n\n{goal}\nYour actions: {ACTIONS[obs.role]}.\n\n"
-            f"{_product(obs)}\n{secret} (private: the other side does not know it)")
+    secret = "budget" if obs.role == BUYER else "cost"
+    return (f"Negotiate the price of a product, buyer against seller, for at most {obs.max_turns} rounds; the "
+            f"buyer speaks first in each round.\n{FORMATS[reasoning_mode]}\n{GOALS[obs.role]}\n"
+            f"Actions: {ACTIONS[obs.role]}.\n{_product(obs)}\n"
+            f"Your {secret}: {format_price(obs.private_value)} (private).")
 
 
 def opening_message(obs: Observation) -> str:

@@ -100,6 +100,18 @@ class Conversation:
     prompt_len: int = 0
     seen: int = 0
     kv: object = None  # the backend's prefix cache of ``ids`` (token backends that keep one)
+    teacher: Player | None = None  # a scripted player that writes this seat's replies (expert data)
+
+    def teach(self, obs: Observation) -> str:
+        """Write the teacher's reply into the stream as if the model had generated it (mask 1)."""
+        text = self.teacher.act(obs)
+        if not self.agent.chat_only:
+            tok = self.agent.tokenizer
+            ids = tok(text, add_special_tokens=False)["input_ids"] + [self.agent.eos_id]
+            self.add_reply(len(self.ids), ids, [0.0] * len(ids), [1] * len(ids), text)
+        else:
+            self.add_reply(0, [], [], [], text)
+        return text
 
     def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
         """Take in what happened since this seat last spoke (the opponent's public messages)."""
@@ -209,7 +221,15 @@ def _generate(agent: LLMAgent, convs: Sequence[Conversation], prompts: list[list
     return out
 
 
-PlayerSpec = LLMAgent | str | Callable[[], Player]
+@dataclass
+class Teacher:
+    """A scripted player writing into a model's conversation format (for supervised data)."""
+
+    player: str | Callable[[], Player]
+    agent: LLMAgent
+
+
+PlayerSpec = LLMAgent | Teacher | str | Callable[[], Player]
 
 
 @dataclass
@@ -233,6 +253,8 @@ class EpisodeRecord:
 def _seat(spec: PlayerSpec, role: str, scenario: Scenario):
     if isinstance(spec, LLMAgent):
         return Conversation(spec, role, scenario)
+    if isinstance(spec, Teacher):
+        return Conversation(spec.agent, role, scenario, teacher=_seat(spec.player, role, scenario))
     player = make_player(role, spec) if isinstance(spec, str) else spec()
     if player.role != role:
         raise ValueError(f"a {player.role} cannot play the {role}")
@@ -251,8 +273,9 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec, s
     for i, (_sc, seed) in enumerate(episodes):
         rngs = dict(zip((BUYER, SELLER), player_rngs(seed)))
         for role, seat in seats[i].items():
-            if not isinstance(seat, Conversation):
-                seat.reset(envs[i].observe(role), rngs[role])
+            player = seat.teacher if isinstance(seat, Conversation) else seat
+            if player is not None:
+                player.reset(envs[i].observe(role), rngs[role])
     active = list(range(n))
     while active:
         waiting: dict[int, list[int]] = {}
@@ -262,7 +285,10 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec, s
             if isinstance(seat, Conversation):
                 thoughts = tuple(t["thought"] for t in envs[i].log if t["role"] != seat.role)
                 seat.observe(obs[i], thoughts)
-                waiting.setdefault(id(seat.agent), []).append(i)
+                if seat.teacher is not None:
+                    replies[i] = seat.teach(obs[i])
+                else:
+                    waiting.setdefault(id(seat.agent), []).append(i)
             else:
                 replies[i] = seat.act(obs[i])
         for idx in waiting.values():

@@ -63,16 +63,15 @@ class ExpertBuyer(ScriptedBuyer):
         budget = obs.private_value
         ask = obs.their_offer
         plan = min(self.planned(obs), budget)
-        head = f"Turn {obs.turn}/{obs.max_turns}. Budget {format_price(budget)}. Plan {format_price(plan)}."
         if ask is None:
-            return self.offer(obs, plan, f"{head} No ask yet.")
+            return self.offer(obs, plan, "No ask yet.")
         over = ask > budget
         compare = f"Ask {format_price(ask)} vs budget {format_price(budget)}: " + ("over budget." if over else "within budget.")
         if not over and ask <= plan:
-            return self.accept(obs, f"{head} {compare} Ask <= plan: accept.")
+            return self.accept(obs, f"{compare} Ask <= plan {format_price(plan)}: accept.")
         if not over and obs.turn >= obs.max_turns:
-            return self.accept(obs, f"{head} {compare} Last turn: accept.")
-        return self.offer(obs, plan, f"{head} {compare}")
+            return self.accept(obs, f"{compare} Last round: accept.")
+        return self.offer(obs, plan, compare if over else f"{compare} Ask > plan {format_price(plan)}.")
 
 
 class AlwaysAcceptBuyer(ScriptedBuyer):

@@ -1,0 +1,141 @@
+"""Supervised fine-tuning on expert games (behaviour cloning of the rule-based expert buyer).
+
+What it is: the scripted expert buyer plays the seller mix on the *train* split (products and
+seeds the evaluation never uses). Each game is written in the model's own conversation format,
+token for token the stream the rollout engine builds when the model plays (system prompt, the
+seller's messages as user turns, the buyer's replies), and TRL's ``SFTTrainer`` trains on it with
+the loss on the buyer's tokens only (``completion_mask`` = the engine's mask). Writes a checkpoint
+and ``artifacts/sft_training_curve.json`` (every logged step). Interrupted runs resume from the
+last checkpoint in ``--output_dir``.
+
+    python training/sft.py                          # tiny model, offline, CPU (~20 min here)
+    python training/sft.py --smoke                  # a few seconds: what the tests run
+    python training/sft.py --model Qwen/Qwen3-0.6B --reasoning_mode option_b --bf16 --use_cpu false
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from trl import SFTConfig
+
+from env.players import SELLERS
+from env.protocol import REASONING_MODES
+
+DEFAULT_CURVE = "artifacts/sft_training_curve.json"
+
+
+@dataclass
+class SFTScriptArguments:
+    model: str = field(default="tiny", metadata={"help": "tiny, a local path or a Hub id"})
+    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
+    games: int = field(default=3000, metadata={"help": "expert games to clone"})
+    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
+    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a (Thought field) or option_b (<think>)"})
+    max_turns: int = field(default=6, metadata={"help": "exchanges per game"})
+    curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
+    smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps"})
+
+    def __post_init__(self):
+        if self.games < 1 or self.max_turns < 1:
+            raise ValueError("--games and --max_turns must be at least 1")
+        if self.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
+        names = list(SELLERS) if self.sellers == "all" else [s.strip() for s in self.sellers.split(",") if s.strip()]
+        unknown = [n for n in names if n not in SELLERS]
+        if unknown or not names:
+            raise ValueError(f"unknown seller {unknown or self.sellers!r}; choose from all, {', '.join(SELLERS)}")
+        self.seller_names = names
+
+
+@dataclass
+class HaggleSFTConfig(SFTConfig):
+    """TRL's SFTConfig with defaults for this task (CPU-friendly: no bf16, no checkpointing)."""
+
+    output_dir: str = field(default="runs/sft")
+    per_device_train_batch_size: int = field(default=16)
+    learning_rate: float = field(default=1e-3)
+    num_train_epochs: float = field(default=2.0)
+    lr_scheduler_type: str = field(default="cosine")
+    warmup_steps: float = field(default=0.05)
+    logging_steps: float = field(default=5)
+    save_steps: float = field(default=50)
+    save_total_limit: int = field(default=2)
+    bf16: bool = field(default=False)
+    gradient_checkpointing: bool = field(default=False)
+    use_cpu: bool = field(default=not torch.cuda.is_available())
+    completion_only_loss: bool = field(default=True)
+    max_length: int = field(default=2048)
+    report_to: str = field(default="none")
+    dataloader_drop_last: bool = field(default=False)
+
+
+def expert_dataset(agent, scenarios, games: int, sellers: list[str], max_turns: int):
+    """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the buyer's tokens)."""
+    from datasets import Dataset  # noqa: PLC0415
+
+    from training.rollout import Teacher, play_episodes  # noqa: PLC0415
+
+    ids, masks, rewards = [], [], []
+    for j, seller in enumerate(sellers):
+        episodes = [(scenarios[i % len(scenarios)], i) for i in range(j, games, len(sellers))]
+        for rec in play_episodes(episodes, Teacher("expert", agent), seller, max_turns):
+            ids.append(rec.prompt_ids + rec.completion_ids)
+            masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
+            rewards.append(rec.reward)
+    return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), rewards
+
+
+def curve_points(log_history: list[dict]) -> list[dict]:
+    keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "num_tokens", "epoch", "entropy")
+    return [{"step": e["step"], **{k: e[k] for k in keys if k in e}} for e in log_history if "loss" in e]
+
+
+def main(argv: list[str] | None = None):
+    from trl import SFTTrainer, TrlParser  # noqa: PLC0415
+
+    from env.scenarios import get_split  # noqa: PLC0415
+    from training.backends import TransformersBackend  # noqa: PLC0415
+    from training.models import load_model  # noqa: PLC0415
+    from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
+    from training.rollout import LLMAgent  # noqa: PLC0415
+
+    parser = TrlParser((SFTScriptArguments, HaggleSFTConfig))
+    try:
+        script, cfg = parser.parse_args_and_config(args=argv)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if script.smoke:
+        script.games, cfg.max_steps, cfg.logging_steps, cfg.save_steps = 16, 2, 1, 1
+    start = time.perf_counter()
+    model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
+    agent = LLMAgent(TransformersBackend(model, tok), script.reasoning_mode)
+    train = get_split(script.scenarios, "train")
+    dataset, rewards = expert_dataset(agent, train, script.games, script.seller_names, script.max_turns)
+    print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
+          f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok)
+    resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    final = Path(cfg.output_dir) / "final"
+    trainer.save_model(str(final))
+    tok.save_pretrained(final)
+    if script.curve:
+        config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
+                  "train_products": len(train), "checkpoint": str(final), "resumed": resume}
+        config["script"].pop("seller_names", None)
+        seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod {len(script.seller_names)}",
+                 "training_seed": cfg.seed}
+        write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
+                                                           command_line(__file__, [__file__, *(argv or sys.argv[1:])])),
+                                  "points": curve_points(trainer.state.log_history),
+                                  "expert_reward_mean": sum(rewards) / len(rewards)})
+    return trainer, final
+
+
+if __name__ == "__main__":
+    main()
