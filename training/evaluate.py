@@ -51,7 +51,7 @@ def _names(value: str, table: dict, what: str) -> list[str]:
 class EvalConfig:
     scenarios: str = field(default="auto", metadata={"help": "builtin, amazon, auto (amazon if present) or a JSON path"})
     split: str = field(default="test", metadata={"help": "test (held out), train or all"})
-    buyers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(BUYERS)}"})
+    buyers: str = field(default="all", metadata={"help": f"scripted buyers, comma list, all or none: {', '.join(BUYERS)}"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
     seeds: int = field(default=4, metadata={"help": "episodes per product per cell (the paper: 4)"})
     seed_base: int = field(default=EVAL_SEED_BASE, metadata={"help": "first evaluation seed"})
@@ -64,6 +64,8 @@ class EvalConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     buyer_model: str = field(default="", metadata={"help": "model buyer: tiny, a path or a Hub id (replaces --buyers)"})
     buyer_name: str = field(default="", metadata={"help": "row label of the model buyer (base, sft, grpo, sdpo...)"})
+    buyer_models: str = field(default="", metadata={"help": "model buyers added to --buyers: name=path,name=path "
+                                                            "(e.g. base=tiny,sft=runs/sft/final)"})
     seller_model: str = field(default="", metadata={"help": "model seller (replaces --sellers)"})
     seller_name: str = field(default="", metadata={"help": "row label of the model seller"})
     base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
@@ -89,8 +91,22 @@ class EvalConfig:
             raise ValueError(f"--backend must be transformers or vllm, got {self.backend!r}")
         if self.batch_size < 1:
             raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
-        self.buyer_names = ([self.buyer_name or _label(self.buyer_model)] if self.buyer_model
-                            else _names(self.buyers, BUYERS, "buyer"))
+        self.model_buyers = {}
+        for item in (x.strip() for x in self.buyer_models.split(",") if x.strip()):
+            name, sep, path = item.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise ValueError(f"--buyer_models takes name=path pairs, got {item!r}")
+            if name.strip() in BUYERS:
+                raise ValueError(f"model buyer name {name.strip()!r} is taken by a scripted buyer")
+            self.model_buyers[name.strip()] = path.strip()
+        if self.buyer_model:
+            self.model_buyers = {self.buyer_name or _label(self.buyer_model): self.buyer_model}
+            scripted = []
+        else:
+            scripted = [] if self.buyers == "none" else _names(self.buyers, BUYERS, "buyer")
+        self.buyer_names = scripted + list(self.model_buyers)
+        if not self.buyer_names:
+            raise ValueError("no buyers to evaluate")
         self.seller_names = ([self.seller_name or _label(self.seller_model)] if self.seller_model
                              else _names(self.sellers, SELLERS, "seller"))
 
@@ -145,7 +161,7 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
 
     start = time.perf_counter()
     sampling = sampling or SamplingConfig()
-    buyer_agent = build_agent(config.buyer_model, config, sampling) if config.buyer_model else None
+    buyer_agents = {name: build_agent(path, config, sampling) for name, path in config.model_buyers.items()}
     seller_agent = build_agent(config.seller_model, config, sampling) if config.seller_model else None
     dataset = resolve_source(config.scenarios)
     scenarios = get_split(dataset, config.split)
@@ -156,9 +172,9 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
     with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
         for b in config.buyer_names:
             for s in config.seller_names:
-                if buyer_agent or seller_agent:
+                if b in buyer_agents or seller_agent:
                     metrics, kept = play_model_cell(
-                        scenarios, buyer_agent or b, seller_agent or s, config, on_product=lambda: bar.update(1))
+                        scenarios, buyer_agents.get(b, b), seller_agent or s, config, on_product=lambda: bar.update(1))
                 else:
                     metrics, kept = play_cell(
                         scenarios, lambda: make_player("buyer", b, config.reasoning_mode),
@@ -170,7 +186,7 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
     if len(config.seller_names) > 1:
         rows.extend(mix_rows(cells, config.split, dataset))
     cfg = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
-    if buyer_agent or seller_agent:
+    if buyer_agents or seller_agent:
         cfg["sampling"] = asdict(sampling)
     cfg["dataset"] = dataset
     cfg["products"] = len(scenarios)

@@ -261,15 +261,22 @@ def _seat(spec: PlayerSpec, role: str, scenario: Scenario):
     return player
 
 
-def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec, seller: PlayerSpec,
+def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | list[PlayerSpec],
+                  seller: PlayerSpec | list[PlayerSpec],
                   max_turns: int = DEFAULT_MAX_TURNS, trained_role: str = BUYER,
                   on_done: Callable[[int], None] | None = None) -> list[EpisodeRecord]:
     """Play ``(scenario, seed)`` episodes in lockstep. Scripted players are given by name (or a
-    factory); model players by an ``LLMAgent``. Returns one record per episode, in order."""
+    factory); model players by an ``LLMAgent``; either side may be one spec for all episodes or a
+    list with one per episode. Returns one record per episode, in order."""
     n = len(episodes)
+    buyers = buyer if isinstance(buyer, list) else [buyer] * n
+    sellers = seller if isinstance(seller, list) else [seller] * n
+    if len(buyers) != n or len(sellers) != n:
+        raise ValueError("per-episode buyer/seller lists must have one entry per episode")
     envs = [BargainEnv(max_turns) for _ in range(n)]
     obs = [env.reset(sc, seed) for env, (sc, seed) in zip(envs, episodes)]
-    seats = [{BUYER: _seat(buyer, BUYER, sc), SELLER: _seat(seller, SELLER, sc)} for sc, _ in episodes]
+    seats = [{BUYER: _seat(b, BUYER, sc), SELLER: _seat(s, SELLER, sc)}
+             for (sc, _), b, s in zip(episodes, buyers, sellers)]
     for i, (_sc, seed) in enumerate(episodes):
         rngs = dict(zip((BUYER, SELLER), player_rngs(seed)))
         for role, seat in seats[i].items():

@@ -27,6 +27,7 @@ from env.players import SELLERS
 from env.protocol import REASONING_MODES
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
+SMOKE_ARGS = ["--games", "16", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "1"]
 
 
 @dataclass
@@ -38,7 +39,7 @@ class SFTScriptArguments:
     reasoning_mode: str = field(default="option_a", metadata={"help": "option_a (Thought field) or option_b (<think>)"})
     max_turns: int = field(default=6, metadata={"help": "exchanges per game"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
-    smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps"})
+    smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
         if self.games < 1 or self.max_turns < 1:
@@ -104,13 +105,14 @@ def main(argv: list[str] | None = None):
     from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
     from training.rollout import LLMAgent  # noqa: PLC0415
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--smoke" in argv:  # small defaults first, so explicit flags still win
+        argv = SMOKE_ARGS + argv
     parser = TrlParser((SFTScriptArguments, HaggleSFTConfig))
     try:
         script, cfg = parser.parse_args_and_config(args=argv)
     except ValueError as exc:
         parser.error(str(exc))
-    if script.smoke:
-        script.games, cfg.max_steps, cfg.logging_steps, cfg.save_steps = 16, 2, 1, 1
     start = time.perf_counter()
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
     agent = LLMAgent(TransformersBackend(model, tok), script.reasoning_mode)
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None):
         seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod {len(script.seller_names)}",
                  "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
-                                                           command_line(__file__, [__file__, *(argv or sys.argv[1:])])),
+                                                           command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),
                                   "expert_reward_mean": sum(rewards) / len(rewards)})
     return trainer, final

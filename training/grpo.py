@@ -1,0 +1,221 @@
+"""GRPO against the live environment, on whole multi-turn episodes.
+
+What it is: TRL's ``GRPOTrainer`` with a ``rollout_func`` that plays complete negotiations with
+the batched rollout engine. Each dataset row names a train-split product and a seed; TRL repeats
+each row ``num_generations`` times, so the G episodes of a group share the scenario, the seller
+persona and the seller's seed, and the group baseline compares buyer behaviours on the same
+game. The episode's token stream after the first prompt is the completion; the buyer's own
+tokens are trained (``env_mask`` 1) and the seller's messages and template tokens are masked out.
+The seller is frozen: the scripted persona mix by default, or a frozen model (``--seller_model``).
+The reward is the environment's verifiable buyer reward. No reference model (beta 0) by default.
+
+Per step, ``artifacts/grpo_training_curve.json`` records reward mean/std/min/max, deal rate,
+first-offer ratio, turns per episode, format-error rate and ``frac_reward_zero_std`` (so the
+paper's phases can be looked for), plus TRL's loss and KL logs.
+
+    python training/grpo.py                               # from runs/sft/final, tiny, CPU
+    python training/grpo.py --smoke                       # seconds: what the tests run
+    python training/grpo.py --model_name_or_path Qwen/Qwen3-0.6B --use_peft --use_vllm --bf16 --use_cpu false
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from trl import GRPOConfig
+
+from env.players import SELLERS
+from env.protocol import REASONING_MODES
+
+DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
+SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+              "--num_generations", "4", "--save_steps", "1", "--max_new_tokens", "16", "--max_turns", "2"]
+
+
+@dataclass
+class GRPOScriptArguments:
+    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
+    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
+    seller_model: str = field(default="", metadata={"help": "a frozen model seller instead of the scripted mix"})
+    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a or option_b"})
+    max_turns: int = field(default=6, metadata={"help": "exchanges per episode"})
+    max_new_tokens: int = field(default=64, metadata={"help": "tokens per buyer reply"})
+    think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
+    curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact ('' for none)"})
+    smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 2 steps of 8 episodes (flags still win)"})
+
+    def __post_init__(self):
+        if self.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
+        names = list(SELLERS) if self.sellers == "all" else [s.strip() for s in self.sellers.split(",") if s.strip()]
+        unknown = [n for n in names if n not in SELLERS]
+        if unknown or not names:
+            raise ValueError(f"unknown seller {unknown or self.sellers!r}; choose from all, {', '.join(SELLERS)}")
+        self.seller_names = names
+
+
+@dataclass
+class HaggleGRPOConfig(GRPOConfig):
+    """TRL's GRPOConfig with defaults for this task: 64 episodes per step in groups of 8, no KL."""
+
+    output_dir: str = field(default="runs/grpo")
+    per_device_train_batch_size: int = field(default=8)
+    gradient_accumulation_steps: int = field(default=8)
+    num_generations: int = field(default=8)
+    max_completion_length: int = field(default=1024)
+    learning_rate: float = field(default=3e-5)
+    max_steps: int = field(default=30)
+    beta: float = field(default=0.0)
+    temperature: float = field(default=0.7)
+    logging_steps: float = field(default=1)
+    save_steps: float = field(default=10)
+    save_total_limit: int = field(default=2)
+    bf16: bool = field(default=False)
+    gradient_checkpointing: bool = field(default=False)
+    use_cpu: bool = field(default=not torch.cuda.is_available())
+    report_to: str = field(default="none")
+    seed: int = field(default=0)
+
+
+class EpisodeRollouts:
+    """The ``rollout_func``: plays whole episodes with the current policy; keeps per-step stats."""
+
+    def __init__(self, script: GRPOScriptArguments, cfg: GRPOConfig, scenarios, seller_agent=None):
+        self.script, self.cfg, self.scenarios, self.seller_agent = script, cfg, scenarios, seller_agent
+        self.backend = self.agent = None
+        self.steps: list[dict] = []
+
+    def _buyer(self, trainer):
+        from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
+        from training.rollout import LLMAgent  # noqa: PLC0415
+
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if self.backend is None or self.backend.model is not model:
+            sampling = SamplingConfig(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                      max_new_tokens=self.script.max_new_tokens,
+                                      think_tokens=self.script.think_tokens, seed=self.cfg.seed)
+            self.backend = TransformersBackend(model, trainer.processing_class, sampling)
+            self.agent = LLMAgent(self.backend, self.script.reasoning_mode, name="policy")
+        return self.agent
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        from training.rollout import play_episodes  # noqa: PLC0415
+
+        agent = self._buyer(trainer)
+        episodes, sellers = [], []
+        for p in prompts:
+            index, seed = (int(x) for x in str(p).split())
+            episodes.append((self.scenarios[index % len(self.scenarios)], seed))
+            names = self.script.seller_names
+            sellers.append(self.seller_agent or names[seed % len(names)])
+        was_training = agent.backend.model.training
+        agent.backend.model.eval()
+        try:
+            records = play_episodes(episodes, agent, sellers, self.script.max_turns)
+        finally:
+            agent.backend.model.train(was_training)
+        self.last_records = records
+        self._log(records, trainer)
+        limit = self.cfg.max_completion_length
+        return {
+            "prompt_ids": [r.prompt_ids for r in records],
+            "completion_ids": [r.completion_ids[:limit] for r in records],
+            "logprobs": [r.logprobs[:limit] for r in records],
+            "env_mask": [r.env_mask[:limit] for r in records],
+            "episode_reward": [r.reward for r in records],
+        }
+
+    def _log(self, records, trainer) -> None:
+        rewards = [r.reward for r in records]
+        g = self.cfg.num_generations
+        groups = [rewards[i: i + g] for i in range(0, len(rewards), g)]
+        firsts = [r.metrics["first_offer_ratio"] for r in records if r.metrics["first_offer_ratio"] is not None]
+        self.steps.append({
+            "step": trainer.state.global_step + 1,
+            "episodes": len(records),
+            "reward_mean": statistics.fmean(rewards),
+            "reward_std": statistics.pstdev(rewards),
+            "reward_min": min(rewards), "reward_max": max(rewards),
+            "deal_rate": statistics.fmean(r.metrics["deal"] for r in records),
+            "first_offer_ratio": statistics.fmean(firsts) if firsts else None,
+            "turns_mean": statistics.fmean(r.metrics["turns"] for r in records),
+            "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
+            "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
+            "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups),
+        })
+
+
+def episode_reward(completions, episode_reward, **_) -> list[float]:
+    """The environment's verifiable buyer reward, computed when the episode ended."""
+    return list(episode_reward)
+
+
+def curve_points(steps: list[dict], log_history: list[dict]) -> list[dict]:
+    """Our per-step rollout stats joined with TRL's logged loss and entropy for the same step."""
+    trl = {e["step"]: e for e in log_history if "loss" in e}
+    keys = ("loss", "learning_rate", "grad_norm", "entropy", "kl", "clip_ratio/region_mean", "sdpo/lambda",
+            "sdpo/gap_mean", "sdpo/demo_rate")
+    return [{**s, **{k: trl[s["step"]][k] for k in keys if k in trl.get(s["step"], {})}} for s in steps]
+
+
+def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, config_cls=None, extra_kwargs=None):
+    """Train; SDPO reuses this with its own trainer class, script arguments and config defaults."""
+    from datasets import Dataset  # noqa: PLC0415
+    from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
+
+    from env.scenarios import get_split  # noqa: PLC0415
+    from training.models import load_model  # noqa: PLC0415
+    from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--smoke" in argv:  # small defaults first, so explicit flags still win
+        argv = SMOKE_ARGS + argv
+    parser = TrlParser((script_cls or GRPOScriptArguments, config_cls or HaggleGRPOConfig, ModelConfig))
+    try:
+        script, cfg, model_args = parser.parse_args_and_config(args=argv)
+    except ValueError as exc:
+        parser.error(str(exc))
+    start = time.perf_counter()
+    path = model_args.model_name_or_path or "runs/sft/final"
+    model, tok = load_model(path, device="cpu" if cfg.use_cpu else None, dtype="float32")
+    seller_agent = None
+    if script.seller_model:
+        from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
+        from training.rollout import LLMAgent  # noqa: PLC0415
+        sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
+        seller_agent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
+                                script.reasoning_mode, name="frozen-seller")
+    train = get_split(script.scenarios, "train")
+    rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+    dataset = Dataset.from_dict({"prompt": [f"{i % len(train)} {i}" for i in range(rows)]})
+    rollouts = EpisodeRollouts(script, cfg, train, seller_agent)
+    kwargs = extra_kwargs(script, rollouts) if extra_kwargs else {}
+    trainer = (trainer_cls or GRPOTrainer)(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
+                                           processing_class=tok, rollout_func=rollouts,
+                                           peft_config=get_peft_config(model_args), **kwargs)
+    resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    final = Path(cfg.output_dir) / "final"
+    merged = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
+    merged.save_pretrained(final)
+    tok.save_pretrained(final)
+    if script.curve:
+        config = {"script": {k: v for k, v in asdict(script).items() if k != "seller_names"},
+                  "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
+                  "model": path, "peft": model_args.use_peft, "train_products": len(train),
+                  "checkpoint": str(final), "resumed": resume}
+        seeds = {"rows": f"row i: train product i mod {len(train)}, seed i; seller persona seed mod "
+                         f"{len(script.seller_names)}", "training_seed": cfg.seed}
+        write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
+                                                           command_line(__file__, [__file__, *argv])),
+                                  "points": curve_points(rollouts.steps, trainer.state.log_history)})
+    return trainer, final
+
+
+if __name__ == "__main__":
+    main()
