@@ -3,40 +3,64 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
-from training import grpo, sft
+from training import sft
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PROVENANCE_KEYS = {"command", "config", "seeds", "commit", "date", "machine", "wall_time_s"}
 RL_KEYS = {"step", "reward_mean", "reward_std", "reward_min", "reward_max", "deal_rate", "first_offer_ratio",
            "turns_mean", "format_error_rate", "frac_reward_zero_std"}
 
 
-def test_sft_then_grpo_smoke(tiny_dir, tmp_path):
+def test_sft_resumes_from_its_last_checkpoint(tiny_dir, tmp_path):
     out = tmp_path / "sft"
     _, final = sft.main(["--smoke", "--model", str(tiny_dir), "--output_dir", str(out),
                          "--curve", str(tmp_path / "sft.json")])
-    curve = json.loads((tmp_path / "sft.json").read_text())
-    assert PROVENANCE_KEYS <= set(curve["provenance"])
-    assert [p["step"] for p in curve["points"]] == [1, 2]
-    assert all({"loss", "learning_rate", "grad_norm", "mean_token_accuracy"} <= set(p) for p in curve["points"])
-    assert curve["provenance"]["config"]["resumed"] is False
+    first = json.loads((tmp_path / "sft.json").read_text())
+    assert first["provenance"]["config"]["resumed"] is False and [p["step"] for p in first["points"]] == [1, 2]
     assert (final / "config.json").exists() and (final / "tokenizer.json").exists()
-
-    # interrupted training resumes from its last checkpoint
     sft.main(["--smoke", "--model", str(tiny_dir), "--output_dir", str(out), "--max_steps", "3",
               "--curve", str(tmp_path / "sft2.json")])
     again = json.loads((tmp_path / "sft2.json").read_text())
     assert again["provenance"]["config"]["resumed"] is True
     assert [p["step"] for p in again["points"]][-1] == 3
 
-    _, gfinal = grpo.main(["--smoke", "--model_name_or_path", str(final), "--output_dir", str(tmp_path / "grpo"),
-                           "--curve", str(tmp_path / "grpo.json")])
-    curve = json.loads((tmp_path / "grpo.json").read_text())
-    assert PROVENANCE_KEYS <= set(curve["provenance"])
-    assert curve["points"] and all(RL_KEYS <= set(p) for p in curve["points"])
-    for p in curve["points"]:
-        assert p["episodes"] == 8 and -1 <= p["reward_min"] <= p["reward_mean"] <= p["reward_max"] <= 1
-    assert (gfinal / "config.json").exists()
+
+def test_smoke_pipeline_writes_every_artifact(tmp_path):
+    """tiny model -> SFT -> GRPO -> SDPO -> evaluation, at smoke size, through the one command."""
+    proc = subprocess.run([sys.executable, "training/pipeline.py", "--smoke", "--workdir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = tmp_path / "artifacts"
+    pipe = json.loads((art / "pipeline.json").read_text())
+    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "grpo", "sdpo", "evaluate"]
+    sft_curve = json.loads((art / "sft_training_curve.json").read_text())
+    assert PROVENANCE_KEYS <= set(sft_curve["provenance"])
+    assert all({"step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy"} <= set(p)
+               for p in sft_curve["points"])
+    for name in ("grpo", "sdpo"):
+        curve = json.loads((art / f"{name}_training_curve.json").read_text())
+        assert PROVENANCE_KEYS <= set(curve["provenance"]) and curve["points"]
+        for p in curve["points"]:
+            assert RL_KEYS <= set(p) and -1 <= p["reward_min"] <= p["reward_mean"] <= p["reward_max"] <= 1
+        if name == "sdpo":
+            assert all("sdpo/lambda" in p for p in curve["points"])
+    ev = json.loads((art / "eval_results.json").read_text())
+    assert PROVENANCE_KEYS <= set(ev["provenance"])
+    buyers = {r["buyer"] for r in ev["rows"]}
+    assert {"base", "sft", "grpo", "sdpo", "expert"} <= buyers
+    assert {r["buyer"] for r in ev["rows"] if r["seller"] == "mix"} == buyers
+    assert all(r["split"] == "test" for r in ev["rows"])
+    lines = (art / "transcripts" / "eval_results.jsonl").read_text().splitlines()
+    pairs = {}
+    for line in lines:
+        t = json.loads(line)
+        pairs.setdefault((t["seller"], t["scenario"]["id"], t["seed"]), set()).add(t["buyer"])
+    assert any({"base", "grpo"} <= b for b in pairs.values()), "before/after: same scenario and seed"
 
 
 def test_sdpo_hindsight_never_shows_the_cost():

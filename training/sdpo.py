@@ -106,7 +106,7 @@ class SDPOTrainer(GRPOTrainer):
             ids[i, width - len(p):] = torch.tensor(p, device=device)
             att[i, width - len(p):] = 1
         with torch.no_grad():
-            logps, _ = self._get_per_token_logps_and_entropies(
+            logps, *_ = self._get_per_token_logps_and_entropies(
                 self.model, torch.cat([ids, completion_ids], 1), torch.cat([att, completion_mask], 1),
                 completion_ids.size(1), batch_size=self.args.per_device_train_batch_size)
         return logps
