@@ -82,3 +82,36 @@ def test_sdpo_hindsight_never_shows_the_cost():
             assert "Hindsight feedback" in note and ("deal" in note or "no deal" in note or "reward" in note)
         better = [hindsight(r, records, 1.0) for r in records if r.reward < max(x.reward for x in records)]
         assert any("A better game" in n for n in better)
+
+
+def test_shipped_training_artifacts_follow_the_contract():
+    art = ROOT / "artifacts"
+    sft_curve = json.loads((art / "sft_training_curve.json").read_text())
+    assert PROVENANCE_KEYS <= set(sft_curve["provenance"]) and len(sft_curve["points"]) > 10
+    assert sft_curve["points"][-1]["loss"] < sft_curve["points"][0]["loss"]
+    for name in ("grpo", "sdpo"):
+        curve = json.loads((art / f"{name}_training_curve.json").read_text())
+        assert PROVENANCE_KEYS <= set(curve["provenance"])
+        assert all(RL_KEYS <= set(p) for p in curve["points"])
+    ev = json.loads((art / "eval_results.json").read_text())
+    assert PROVENANCE_KEYS <= set(ev["provenance"])
+    mix = {r["buyer"]: r for r in ev["rows"] if r["seller"] == "mix"}
+    assert {"base", "sft", "grpo", "sdpo", "expert"} <= set(mix)
+    assert all(r["split"] == "test" for r in ev["rows"])
+    assert ev["provenance"]["config"]["seed_base"] >= 1_000_000, "evaluation seeds never used in training"
+
+
+def test_shipped_checkpoint_plays_offline():
+    from env.play import play_episode
+    from env.players import make_player
+    from env.scenarios import get_split
+    from training.backends import SamplingConfig, TransformersBackend
+    from training.models import load_model
+    from training.rollout import LLMAgent, LLMPlayer
+
+    path = ROOT / "artifacts" / "checkpoints" / "grpo-tiny"
+    assert sum(f.stat().st_size for f in path.iterdir()) < 25 * 2**20
+    model, tok = load_model(str(path), device="cpu")
+    agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=0.0)), "option_a")
+    env = play_episode(get_split("builtin", "test")[0], LLMPlayer(agent, "buyer"), make_player("seller", "neutral"), 1)
+    assert env.metrics().end_reason != "running" and env.log[0]["role"] == "buyer"
