@@ -80,8 +80,9 @@ def test_sdpo_hindsight_never_shows_the_cost():
                 if form not in str(rec.transcript["turns"]):  # unless the seller said that price aloud
                     assert form not in note
             assert "Hindsight feedback" in note and ("deal" in note or "no deal" in note or "reward" in note)
-        better = [hindsight(r, records, 1.0) for r in records if r.reward < max(x.reward for x in records)]
-        assert any("A better game" in n for n in better)
+        if buyer == "expert":  # siblings that did better with a positive reward become demonstrations
+            best = max(x.reward for x in records)
+            assert best > 0 and all("A better game" in hindsight(r, records, 1.0) for r in records if r.reward < best)
 
 
 def test_shipped_training_artifacts_follow_the_contract():
