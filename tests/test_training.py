@@ -47,6 +47,7 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
         assert PROVENANCE_KEYS <= set(curve["provenance"]) and curve["points"]
         for p in curve["points"]:
             assert RL_KEYS <= set(p) and -1 <= p["reward_min"] <= p["reward_mean"] <= p["reward_max"] <= 1
+        assert curve["provenance"]["command"].startswith(f"python training/{name}.py")
         if name == "sdpo":
             assert all("sdpo/lambda" in p for p in curve["points"])
     ev = json.loads((art / "eval_results.json").read_text())
@@ -116,3 +117,4 @@ def test_shipped_checkpoint_plays_offline():
     agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=0.0)), "option_a")
     env = play_episode(get_split("builtin", "test")[0], LLMPlayer(agent, "buyer"), make_player("seller", "neutral"), 1)
     assert env.metrics().end_reason != "running" and env.log[0]["role"] == "buyer"
+

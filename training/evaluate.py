@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from env.bargain import EpisodeMetrics
 from env.evaluation import EVAL_SEED_BASE, episode_seed, format_table, mix_rows, play_cell, summarize_row
-from env.players import BUYERS, SELLERS, make_player
+from env.players import BUYERS, SELLERS, make_player, parse_names
 from env.protocol import REASONING_MODES
 from env.scenarios import get_split, resolve_source
 from training.backends import SamplingConfig
@@ -35,16 +35,6 @@ from training.provenance import provenance, write_json, write_jsonl
 
 DEFAULT_OUT = "artifacts/eval_scripted.json"
 DEFAULT_TRANSCRIPTS = "artifacts/transcripts/eval_scripted.jsonl"
-
-
-def _names(value: str, table: dict, what: str) -> list[str]:
-    if value == "all":
-        return list(table)
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    unknown = [n for n in names if n not in table]
-    if unknown or not names:
-        raise ValueError(f"unknown {what} {', '.join(unknown) or repr(value)}; choose from all, {', '.join(table)}")
-    return names
 
 
 @dataclass
@@ -103,12 +93,12 @@ class EvalConfig:
             self.model_buyers = {self.buyer_name or _label(self.buyer_model): self.buyer_model}
             scripted = []
         else:
-            scripted = [] if self.buyers == "none" else _names(self.buyers, BUYERS, "buyer")
+            scripted = [] if self.buyers == "none" else parse_names(self.buyers, BUYERS, "buyer")
         self.buyer_names = scripted + list(self.model_buyers)
         if not self.buyer_names:
             raise ValueError("no buyers to evaluate")
         self.seller_names = ([self.seller_name or _label(self.seller_model)] if self.seller_model
-                             else _names(self.sellers, SELLERS, "seller"))
+                             else parse_names(self.sellers, SELLERS, "seller"))
 
 
 def _label(model: str) -> str:

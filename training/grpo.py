@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig
 
-from env.players import SELLERS
+from env.players import SELLERS, parse_names
 from env.protocol import REASONING_MODES
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
@@ -52,11 +52,7 @@ class GRPOScriptArguments:
     def __post_init__(self):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        names = list(SELLERS) if self.sellers == "all" else [s.strip() for s in self.sellers.split(",") if s.strip()]
-        unknown = [n for n in names if n not in SELLERS]
-        if unknown or not names:
-            raise ValueError(f"unknown seller {unknown or self.sellers!r}; choose from all, {', '.join(SELLERS)}")
-        self.seller_names = names
+        self.seller_names = parse_names(self.sellers, SELLERS, "seller")
 
 
 @dataclass
@@ -163,7 +159,8 @@ def curve_points(steps: list[dict], log_history: list[dict]) -> list[dict]:
     return [{**s, **{k: trl[s["step"]][k] for k in keys if k in trl.get(s["step"], {})}} for s in steps]
 
 
-def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, config_cls=None, extra_kwargs=None):
+def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, config_cls=None, extra_kwargs=None,
+         script_path: str = __file__):
     """Train; SDPO reuses this with its own trainer class, script arguments and config defaults."""
     from datasets import Dataset  # noqa: PLC0415
     from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
@@ -212,7 +209,7 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
         seeds = {"rows": f"row i: train product i mod {len(train)}, seed i; seller persona seed mod "
                          f"{len(script.seller_names)}", "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
-                                                           command_line(__file__, [__file__, *argv])),
+                                                           command_line(script_path, [script_path, *argv])),
                                   "points": curve_points(rollouts.steps, trainer.state.log_history)})
     return trainer, final
 

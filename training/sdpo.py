@@ -143,7 +143,7 @@ def _extra(script, rollouts):
 
 def main(argv: list[str] | None = None):
     return rl_main(argv, trainer_cls=SDPOTrainer, script_cls=SDPOScriptArguments, config_cls=HaggleSDPOConfig,
-                   extra_kwargs=_extra)
+                   extra_kwargs=_extra, script_path=__file__)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from trl import SFTConfig
 
-from env.players import SELLERS
+from env.players import SELLERS, parse_names
 from env.protocol import REASONING_MODES
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -46,11 +46,7 @@ class SFTScriptArguments:
             raise ValueError("--games and --max_turns must be at least 1")
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        names = list(SELLERS) if self.sellers == "all" else [s.strip() for s in self.sellers.split(",") if s.strip()]
-        unknown = [n for n in names if n not in SELLERS]
-        if unknown or not names:
-            raise ValueError(f"unknown seller {unknown or self.sellers!r}; choose from all, {', '.join(SELLERS)}")
-        self.seller_names = names
+        self.seller_names = parse_names(self.sellers, SELLERS, "seller")
 
 
 @dataclass

@@ -5,7 +5,18 @@ from env.players.buyers import BASELINES, BUYERS, ExpertBuyer
 from env.players.sellers import PERSONAS, SELLERS, NeutralSeller
 
 __all__ = ["Player", "ScriptedPlayer", "BUYERS", "SELLERS", "BASELINES", "PERSONAS", "ExpertBuyer",
-           "NeutralSeller", "make_player"]
+           "NeutralSeller", "make_player", "parse_names"]
+
+
+def parse_names(value: str, table: dict, what: str) -> list[str]:
+    """``"all"`` or a comma list of names from ``table``; a clear error for anything else."""
+    if value == "all":
+        return list(table)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown or not names:
+        raise ValueError(f"unknown {what} {', '.join(unknown) or repr(value)}; choose from all, {', '.join(table)}")
+    return names
 
 
 def make_player(role: str, name: str, reasoning_mode: str = "option_a") -> ScriptedPlayer:
