@@ -188,8 +188,8 @@ def test_vllm_backend_is_optional_with_a_clear_error(tiny_dir):
 
 def test_llm_player_plays_through_the_player_interface(tiny):
     agent = _agent(tiny, "option_b")
-    env = play_episode(SCENARIOS[0], __import__("env.players", fromlist=["x"]).make_player("buyer", "expert"),
-                       LLMPlayer(agent, "seller"), seed=4)
+    from env.players import make_player
+    env = play_episode(SCENARIOS[0], make_player("buyer", "expert"), LLMPlayer(agent, "seller"), seed=4)
     assert env.metrics().turns == 6 and env.metrics().seller_blocked >= 1
 
 

@@ -179,8 +179,10 @@ class TransformersBackend:
 
 
 def _span(t, row: int, spans: list[tuple[int, int]]):
+    import torch  # noqa: PLC0415
+
     parts = [t[row:row + 1, :, a:b] for a, b in spans]
-    return parts[0] if len(parts) == 1 else __import__("torch").cat(parts, dim=2)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
 
 def _trim(cache: PrefixCache, length: int) -> PrefixCache:

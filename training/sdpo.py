@@ -87,11 +87,10 @@ class SDPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self.rollouts, self.sdpo = rollouts, sdpo
 
-    def _teacher_prompt(self, record, siblings) -> list[int]:
+    def _teacher_prompt(self, record, note: str) -> list[int]:
         agent = self.rollouts.agent
         system, first = record.messages[0]["content"], record.messages[1]["content"]
-        budget = self.rollouts.scenarios_by_id[record.scenario_id].budget
-        messages = [{"role": "system", "content": f"{system}\n{hindsight(record, siblings, budget)}"},
+        messages = [{"role": "system", "content": f"{system}\n{note}"},
                     {"role": "user", "content": first}]
         return list(agent.tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
                                                         return_dict=False, **agent.template_kwargs))
@@ -116,7 +115,9 @@ class SDPOTrainer(GRPOTrainer):
         records = self.rollouts.last_records
         g = self.args.num_generations
         groups = [records[i: i + g] for i in range(0, len(records), g)]
-        teacher_prompts = [self._teacher_prompt(r, groups[i // g]) for i, r in enumerate(records)]
+        budgets = self.rollouts.scenarios_by_id
+        notes = [hindsight(r, groups[i // g], budgets[r.scenario_id].budget) for i, r in enumerate(records)]
+        teacher_prompts = [self._teacher_prompt(r, note) for r, note in zip(records, notes)]
         mask = out["completion_mask"] * out.get("tool_mask", torch.ones_like(out["completion_mask"]))
         teacher = self._logps(teacher_prompts, out["completion_ids"], out["completion_mask"])
         student = out.get("old_per_token_logps")
@@ -131,8 +132,7 @@ class SDPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         self._metrics[mode]["sdpo/lambda"].append(lam)
         self._metrics[mode]["sdpo/gap_mean"].append((gap.sum() / mask.sum().clamp(min=1)).item())
-        self._metrics[mode]["sdpo/demo_rate"].append(
-            sum("A better game" in hindsight(r, groups[i // g], 0.0) for i, r in enumerate(records)) / len(records))
+        self._metrics[mode]["sdpo/demo_rate"].append(sum("A better game" in n for n in notes) / len(notes))
         return out
 
 
