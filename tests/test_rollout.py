@@ -8,10 +8,12 @@ import pytest
 
 from env.evaluation import episode_seed
 from env.play import play_episode
+from env.players import make_player
+from env.protocol import parse_reply
 from env.scenarios import get_split, make_scenario
 from training.backends import Completion, SamplingConfig, TransformersBackend
 from training.prompts import LeakError
-from training.rollout import Conversation, LLMAgent, LLMPlayer, play_episodes
+from training.rollout import Conversation, LLMAgent, LLMPlayer, Teacher, play_episodes
 
 SCENARIOS = get_split("builtin", "test")
 
@@ -71,6 +73,28 @@ def test_tiny_model_end_to_end_with_aligned_masks(tiny, mode, role):
             assert rec.metrics["price"] is None or rec.metrics["price"] >= sc.cost
         if mode == "option_b":
             assert all(len(t.completion_ids) <= 12 + len(agent.forced_close) + 24 + 1 for t in rec.turns)
+
+
+@pytest.mark.parametrize("mode", ["option_a", "option_b"])
+def test_teacher_writes_in_the_models_reasoning_format(tiny, mode):
+    """Expert data must be in the format the model is prompted for: a Thought line in option_a,
+    a <think> block (and no Thought line) in option_b; the teacher's games score like the expert's."""
+    agent = _agent(tiny, mode)
+    eps = _episodes(8)
+    taught = play_episodes(eps, Teacher("expert", agent), "neutral")
+    scripted = [play_episode(sc, make_player("buyer", "expert"), make_player("seller", "neutral"), seed)
+                for sc, seed in eps]
+    assert [r.reward for r in taught] == [m.reward for m in scripted]
+    tok = tiny[1]
+    for rec in taught:
+        replies = [t.text for t in rec.turns]
+        assert replies and all(t.mask == [1] * len(t.mask) for t in rec.turns)
+        for text in replies:
+            assert text.startswith("<think>") == (mode == "option_b"), text
+            assert text.startswith("Thought:") == (mode == "option_a"), text
+        assert all(parse_reply(text).error is None for text in replies)
+        trained = tok.decode([t for t, m in zip(rec.completion_ids, rec.env_mask) if m])
+        assert trained.count("<think>") == (len(replies) if mode == "option_b" else 0)
 
 
 def test_engine_matches_one_episode_at_a_time(tiny):

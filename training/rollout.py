@@ -250,12 +250,13 @@ class EpisodeRecord:
     messages: list[dict]
 
 
-def _seat(spec: PlayerSpec, role: str, scenario: Scenario):
+def _seat(spec: PlayerSpec, role: str, scenario: Scenario, reasoning_mode: str = "option_a"):
     if isinstance(spec, LLMAgent):
         return Conversation(spec, role, scenario)
-    if isinstance(spec, Teacher):
-        return Conversation(spec.agent, role, scenario, teacher=_seat(spec.player, role, scenario))
-    player = make_player(role, spec) if isinstance(spec, str) else spec()
+    if isinstance(spec, Teacher):  # the teacher writes in the format the model will be asked for
+        teacher = _seat(spec.player, role, scenario, spec.agent.reasoning_mode)
+        return Conversation(spec.agent, role, scenario, teacher=teacher)
+    player = make_player(role, spec, reasoning_mode) if isinstance(spec, str) else spec()
     if player.role != role:
         raise ValueError(f"a {player.role} cannot play the {role}")
     return player
