@@ -56,6 +56,8 @@ class EvalConfig:
     buyer_name: str = field(default="", metadata={"help": "row label of the model buyer (base, sft, grpo, sdpo...)"})
     buyer_models: str = field(default="", metadata={"help": "model buyers added to --buyers: name=path,name=path "
                                                             "(e.g. base=tiny,sft=runs/sft/final)"})
+    buyer_modes: str = field(default="", metadata={"help": "per-model reasoning modes overriding --reasoning_mode: "
+                                                           "name=option_b,... (the option_a/option_b ablation)"})
     seller_model: str = field(default="", metadata={"help": "model seller (replaces --sellers)"})
     seller_name: str = field(default="", metadata={"help": "row label of the model seller"})
     base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
@@ -94,6 +96,14 @@ class EvalConfig:
             scripted = []
         else:
             scripted = [] if self.buyers == "none" else parse_names(self.buyers, BUYERS, "buyer")
+        self.model_modes = {}
+        for item in (x.strip() for x in self.buyer_modes.split(",") if x.strip()):
+            name, _, mode = (x.strip() for x in item.partition("="))
+            if name not in self.model_buyers:
+                raise ValueError(f"--buyer_modes names a buyer that is not a model buyer: {name!r}")
+            if mode not in REASONING_MODES:
+                raise ValueError(f"--buyer_modes: {name} must be one of {REASONING_MODES}, got {mode!r}")
+            self.model_modes[name] = mode
         self.buyer_names = scripted + list(self.model_buyers)
         if not self.buyer_names:
             raise ValueError("no buyers to evaluate")
@@ -105,8 +115,8 @@ def _label(model: str) -> str:
     return model.rstrip("/").rsplit("/", 1)[-1] or model
 
 
-def build_agent(model: str, config: EvalConfig, sampling: SamplingConfig):
-    """An ``LLMAgent`` for a model name, on the configured backend."""
+def build_agent(model: str, config: EvalConfig, sampling: SamplingConfig, reasoning_mode: str = ""):
+    """An ``LLMAgent`` for a model name, on the configured backend (``--reasoning_mode`` unless given)."""
     from training.backends import OpenAIChatBackend, TransformersBackend, VLLMBackend  # noqa: PLC0415
     from training.models import load_model, resolve_model_path  # noqa: PLC0415
     from training.rollout import LLMAgent  # noqa: PLC0415
@@ -120,7 +130,7 @@ def build_agent(model: str, config: EvalConfig, sampling: SamplingConfig):
     else:
         m, tok = load_model(model, device=config.device or None)
         backend = TransformersBackend(m, tok, sampling)
-    return LLMAgent(backend, config.reasoning_mode, name=_label(model))
+    return LLMAgent(backend, reasoning_mode or config.reasoning_mode, name=_label(model))
 
 
 def play_model_cell(scenarios, buyer, seller, config: EvalConfig, on_product) -> tuple[list[EpisodeMetrics], list[dict]]:
@@ -151,7 +161,9 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
 
     start = time.perf_counter()
     sampling = sampling or SamplingConfig()
-    buyer_agents = {name: build_agent(path, config, sampling) for name, path in config.model_buyers.items()}
+    buyer_agents = {name: build_agent(path, config, sampling, config.model_modes.get(name, ""))
+                    for name, path in config.model_buyers.items()}
+    modes = {b: config.model_modes.get(b, config.reasoning_mode) for b in config.buyer_names}
     seller_agent = build_agent(config.seller_model, config, sampling) if config.seller_model else None
     dataset = resolve_source(config.scenarios)
     scenarios = get_split(dataset, config.split)
@@ -171,10 +183,11 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
                         lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
                         config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
                 cells[(b, s)] = metrics
-                rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset))
+                rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset,
+                                          reasoning_mode=modes[b]))
                 transcripts.extend({"buyer": b, "seller": s, **t} for t in kept)
     if len(config.seller_names) > 1:
-        rows.extend(mix_rows(cells, config.split, dataset))
+        rows.extend({**r, "reasoning_mode": modes[r["buyer"]]} for r in mix_rows(cells, config.split, dataset))
     cfg = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
     if buyer_agents or seller_agent:
         cfg["sampling"] = asdict(sampling)

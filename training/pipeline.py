@@ -1,8 +1,9 @@
 """Regenerate every training artifact from nothing, offline, on this CPU: one command.
 
 Stages (each a recorded command; each resumes from its own checkpoints if interrupted):
-tiny tokenizer + model -> SFT on expert games -> GRPO -> SDPO -> evaluation of base, SFT, GRPO
-and SDPO buyers (plus every scripted buyer) on the held-out test split -> the trained tiny buyer
+tiny tokenizer + model -> SFT on expert games (both reasoning formats) -> GRPO (option_a) ->
+GRPO (option_b, the ablation) -> SDPO -> evaluation of base, SFT, GRPO and SDPO buyers, the
+option_b ablation buyers, and every scripted buyer on the held-out test split -> the trained tiny buyer
 copied to ``artifacts/checkpoints/`` for the Space. Writes ``artifacts/pipeline.json`` with each
 stage's command and wall time.
 
@@ -25,20 +26,35 @@ SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer
         "chat_template.jinja"]
 
 
+# The full run's sizes, chosen to fit the 60-minute budget on a 2-core CPU (see the README);
+# --smoke replaces them with each script's own tiny settings.
+FULL = {"sft": ["--games", "2400"], "rl": ["--max_steps", "20"], "eval": ["--seeds", "2"]}
+
+
 def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str) -> list[tuple[str, list[str]]]:
+    """The stage commands. SFT learns both reasoning formats (alternate games), so the option_a /
+    option_b ablation compares GRPO runs from one shared starting point."""
     s = ["--smoke"] if smoke else []
-    tiny = work / "tiny-base"
-    models = f"base={tiny},sft={work / 'sft' / 'final'},grpo={work / 'grpo' / 'final'},sdpo={work / 'sdpo' / 'final'}"
-    ev = ["--limit", "3", "--seeds", "1", "--max_new_tokens", "24"] if smoke else []
+    size = {k: [] for k in FULL} if smoke else FULL
+    tiny, sft = work / "tiny-base", work / "sft" / "final"
+    models = {"base": tiny, "sft": sft, "grpo": work / "grpo" / "final", "sdpo": work / "sdpo" / "final",
+              "sft_option_b": sft, "grpo_option_b": work / "grpo-option_b" / "final"}
+    ev = ["--limit", "3", "--seeds", "1", "--max_new_tokens", "24"] if smoke else size["eval"]
+
+    def rl(script, out, curve, *extra):
+        return [f"training/{script}.py", *s, *size["rl"], "--model_name_or_path", str(sft),
+                "--output_dir", str(work / out), "--curve", str(art / curve), *extra]
     return [
         ("tiny", ["training/models.py", "--out", str(tiny)]),
-        ("sft", ["training/sft.py", *s, "--model", str(tiny), "--output_dir", str(work / "sft"),
-                 "--curve", str(art / "sft_training_curve.json")]),
-        ("grpo", ["training/grpo.py", *s, "--model_name_or_path", str(work / "sft" / "final"),
-                  "--output_dir", str(work / "grpo"), "--curve", str(art / "grpo_training_curve.json")]),
-        ("sdpo", ["training/sdpo.py", *s, "--model_name_or_path", str(work / "sft" / "final"),
-                  "--output_dir", str(work / "sdpo"), "--curve", str(art / "sdpo_training_curve.json")]),
-        ("evaluate", ["training/evaluate.py", "--scenarios", eval_scenarios, "--buyer_models", models, *ev,
+        ("sft", ["training/sft.py", *s, *size["sft"], "--model", str(tiny), "--reasoning_mode", "option_a,option_b",
+                 "--output_dir", str(work / "sft"), "--curve", str(art / "sft_training_curve.json")]),
+        ("grpo", rl("grpo", "grpo", "grpo_training_curve.json")),
+        ("grpo_option_b", rl("grpo", "grpo-option_b", "grpo_option_b_training_curve.json",
+                             "--reasoning_mode", "option_b")),
+        ("sdpo", rl("sdpo", "sdpo", "sdpo_training_curve.json")),
+        ("evaluate", ["training/evaluate.py", "--scenarios", eval_scenarios,
+                      "--buyer_models", ",".join(f"{k}={v}" for k, v in models.items()),
+                      "--buyer_modes", "sft_option_b=option_b,grpo_option_b=option_b", *ev,
                       "--out", str(art / "eval_results.json"),
                       "--transcripts", str(art / "transcripts" / "eval_results.jsonl"), "--no_progress"]),
     ]

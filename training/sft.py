@@ -36,7 +36,8 @@ class SFTScriptArguments:
     scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
     games: int = field(default=3000, metadata={"help": "expert games to clone"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
-    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a (Thought field) or option_b (<think>)"})
+    reasoning_mode: str = field(default="option_a", metadata={
+        "help": "option_a (Thought field), option_b (<think>), or both as 'option_a,option_b' (games alternate)"})
     max_turns: int = field(default=6, metadata={"help": "exchanges per game"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
@@ -44,8 +45,10 @@ class SFTScriptArguments:
     def __post_init__(self):
         if self.games < 1 or self.max_turns < 1:
             raise ValueError("--games and --max_turns must be at least 1")
-        if self.reasoning_mode not in REASONING_MODES:
-            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
+        self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
+        if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
+            raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
+                             f"got {self.reasoning_mode!r}")
         self.seller_names = parse_names(self.sellers, SELLERS, "seller")
 
 
@@ -71,19 +74,24 @@ class HaggleSFTConfig(SFTConfig):
     dataloader_drop_last: bool = field(default=False)
 
 
-def expert_dataset(agent, scenarios, games: int, sellers: list[str], max_turns: int):
-    """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the buyer's tokens)."""
+def expert_dataset(agents, scenarios, games: int, sellers: list[str], max_turns: int):
+    """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the buyer's tokens).
+    Game ``i`` is train product ``i mod len(scenarios)`` with seed ``i`` against seller ``i mod len(sellers)``;
+    with several agents (one per reasoning format) successive rounds of the seller cycle alternate formats."""
     from datasets import Dataset  # noqa: PLC0415
 
     from training.rollout import Teacher, play_episodes  # noqa: PLC0415
 
+    agents = agents if isinstance(agents, (list, tuple)) else [agents]
     ids, masks, rewards = [], [], []
     for j, seller in enumerate(sellers):
-        episodes = [(scenarios[i % len(scenarios)], i) for i in range(j, games, len(sellers))]
-        for rec in play_episodes(episodes, Teacher("expert", agent), seller, max_turns):
-            ids.append(rec.prompt_ids + rec.completion_ids)
-            masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
-            rewards.append(rec.reward)
+        for k, agent in enumerate(agents):
+            games_jk = [i for i in range(j, games, len(sellers)) if (i // len(sellers)) % len(agents) == k]
+            episodes = [(scenarios[i % len(scenarios)], i) for i in games_jk]
+            for rec in play_episodes(episodes, Teacher("expert", agent), seller, max_turns):
+                ids.append(rec.prompt_ids + rec.completion_ids)
+                masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
+                rewards.append(rec.reward)
     return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), rewards
 
 
@@ -111,9 +119,10 @@ def main(argv: list[str] | None = None):
         parser.error(str(exc))
     start = time.perf_counter()
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
-    agent = LLMAgent(TransformersBackend(model, tok), script.reasoning_mode)
+    backend = TransformersBackend(model, tok)
+    agents = [LLMAgent(backend, mode) for mode in script.modes]
     train = get_split(script.scenarios, "train")
-    dataset, rewards = expert_dataset(agent, train, script.games, script.seller_names, script.max_turns)
+    dataset, rewards = expert_dataset(agents, train, script.games, script.seller_names, script.max_turns)
     print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok)
@@ -126,7 +135,9 @@ def main(argv: list[str] | None = None):
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(train), "checkpoint": str(final), "resumed": resume}
         config["script"].pop("seller_names", None)
-        seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod {len(script.seller_names)}",
+        config["script"].pop("modes", None)
+        seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod {len(script.seller_names)}"
+                          + (f", format (i div {len(script.seller_names)}) mod {len(agents)}" if len(agents) > 1 else ""),
                  "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
