@@ -47,6 +47,8 @@ class GRPOScriptArguments:
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per buyer reply"})
     think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact ('' for none)"})
+    card_eval: str = field(default="artifacts/eval_results.json",
+                           metadata={"help": "evaluation artifact whose table goes into the model card (--push_to_hub)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 2 steps of 8 episodes (flags still win)"})
 
     def __post_init__(self):
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
 
     from env.scenarios import get_split  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
-    from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
+    from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--smoke" in argv:  # small defaults first, so explicit flags still win
@@ -177,6 +179,16 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
         script, cfg, model_args = parser.parse_args_and_config(args=argv)
     except ValueError as exc:
         parser.error(str(exc))
+    method = Path(script_path).stem.upper()
+    hub = None
+    if cfg.push_to_hub:  # every check a push needs happens before any training
+        from training.hub import HubError, preflight  # noqa: PLC0415
+        try:
+            hub = preflight(cfg.hub_model_id)
+        except HubError as exc:
+            raise SystemExit(f"--push_to_hub: {exc}") from None
+        print(f"will push the FP8 {method} buyer to {hub['repo_id']} as {hub['user']}", file=sys.stderr)
+        cfg.push_to_hub = False  # TRL's trainer would push every checkpoint; we publish once, after training
     start = time.perf_counter()
     path = model_args.model_name_or_path or "runs/sft/final"
     model, tok = load_model(path, device="cpu" if cfg.use_cpu else None, dtype="float32")
@@ -201,8 +213,9 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
     merged = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
     merged.save_pretrained(final)
     tok.save_pretrained(final)
+    write_lineage(final, path, Path(script_path).stem)
     if script.curve:
-        config = {"script": {k: v for k, v in asdict(script).items() if k != "seller_names"},
+        config = {"script": {k: v for k, v in asdict(script).items() if k != "seller_names"}, "push_to_hub": bool(hub),
                   "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "model": path, "peft": model_args.use_peft, "train_products": len(train),
                   "checkpoint": str(final), "resumed": resume}
@@ -211,6 +224,12 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(script_path, [script_path, *argv])),
                                   "points": curve_points(rollouts.steps, trainer.state.log_history)})
+    if hub:
+        from training.hub import publish  # noqa: PLC0415
+        url = publish(final, hub["repo_id"], method=method, reasoning_mode=script.reasoning_mode,
+                      curve_path=script.curve, eval_path=script.card_eval, python=hub["quantize_python"],
+                      private=cfg.hub_private_repo)
+        print(f"pushed the FP8 {method} buyer, its model card, curve and evaluation: {url}", file=sys.stderr)
     return trainer, final
 
 

@@ -17,8 +17,10 @@ import os
 import random
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from training.provenance import LINEAGE, REPO_ROOT, git_commit, write_json
+
 TINY = "tiny"
+TINY_BASE = "haggle-tiny"  # how lineage and model cards name the locally built tiny model
 DEFAULT_TINY_DIR = Path(os.environ.get("HAGGLE_TINY_DIR", REPO_ROOT / ".cache" / "tiny-base"))
 CHAT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Non-special added tokens: they survive decoding (the parser needs them) yet stay whole.
@@ -97,6 +99,7 @@ def build_tiny(out_dir: str | os.PathLike = DEFAULT_TINY_DIR, seed: int = 0, voc
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out_dir)
     model.save_pretrained(out_dir)
+    write_json(out_dir / LINEAGE, {"base_model": TINY_BASE, "stages": [{"stage": "build", "commit": git_commit()}]})
     return model, tokenizer
 
 

@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -44,14 +45,38 @@ def machine() -> str:
 
 
 def command_line(script: str | None = None, argv: list[str] | None = None) -> str:
-    """The command as a user would type it from the repo root."""
+    """The command as a user would type it from the repo root; values of ``--*token*`` flags are
+    replaced by ``***`` (a token passed on the command line never reaches an artifact)."""
     argv = sys.argv if argv is None else argv
     script = script or argv[0]
     try:
         script = str(Path(script).resolve().relative_to(REPO_ROOT))
     except ValueError:
         pass
-    return "python " + " ".join(shlex.quote(a) for a in [script, *argv[1:]])
+    args, hide = [], False
+    for a in argv[1:]:
+        flag, eq, _value = a.partition("=")
+        secret = re.fullmatch(r"--([\w-]*[_-])?token", flag.lower()) is not None
+        args.append("***" if hide else f"{flag}=***" if secret and eq else a)
+        hide = secret and not eq
+    return "python " + " ".join(shlex.quote(a) for a in [script, *args])
+
+
+LINEAGE = "lineage.json"
+
+
+def write_lineage(folder: str | os.PathLike, parent: str, stage: str) -> None:
+    """Record in a saved model folder what it was trained from: the original base model (a Hub id,
+    or ``haggle-tiny`` for the locally built tiny model) and the chain of stages."""
+    up = read_lineage(parent)
+    base = up["base_model"] if up else parent
+    stages = (up["stages"] if up else []) + [{"stage": stage, "from": str(parent), "commit": git_commit()}]
+    write_json(Path(folder) / LINEAGE, {"base_model": base, "stages": stages})
+
+
+def read_lineage(folder: str | os.PathLike) -> dict | None:
+    path = Path(folder) / LINEAGE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def provenance(config: dict, seeds: Any, wall_time_s: float, command: str | None = None) -> dict:

@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None):
 
     from env.scenarios import get_split  # noqa: PLC0415
     from training.backends import TransformersBackend  # noqa: PLC0415
-    from training.models import load_model  # noqa: PLC0415
-    from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
+    from training.models import load_model, resolve_model_path  # noqa: PLC0415
+    from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
     from training.rollout import LLMAgent  # noqa: PLC0415
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None):
     final = Path(cfg.output_dir) / "final"
     trainer.save_model(str(final))
     tok.save_pretrained(final)
+    write_lineage(final, resolve_model_path(script.model), "sft")
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(train), "checkpoint": str(final), "resumed": resume}
