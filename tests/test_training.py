@@ -95,8 +95,8 @@ def test_shipped_training_artifacts_follow_the_contract():
     sft_curve = json.loads((art / "sft_training_curve.json").read_text())
     assert PROVENANCE_KEYS <= set(sft_curve["provenance"]) and len(sft_curve["points"]) > 10
     assert sft_curve["points"][-1]["loss"] < sft_curve["points"][0]["loss"]
-    for name, curve_name in (("grpo", "grpo"), ("sdpo", "sdpo")):
-        curve = json.loads((art / f"{curve_name}_training_curve.json").read_text())
+    for name in ("grpo", "sdpo"):
+        curve = json.loads((art / f"{name}_training_curve.json").read_text())
         assert PROVENANCE_KEYS <= set(curve["provenance"])
         assert all(RL_KEYS <= set(p) for p in curve["points"])
     ev = json.loads((art / "eval_results.json").read_text())
@@ -105,6 +105,15 @@ def test_shipped_training_artifacts_follow_the_contract():
     assert {"base", "sft", "grpo", "sdpo", "expert"} <= set(mix)
     assert all(r["split"] == "test" for r in ev["rows"])
     assert ev["provenance"]["config"]["seed_base"] >= 1_000_000, "evaluation seeds never used in training"
+    # the reasoning-format ablation: the option_b SFT buyer, trained like the option_a one, in the same table
+    assert mix["sft_option_b"]["reasoning_mode"] == "option_b" and mix["sft"]["reasoning_mode"] == "option_a"
+    a_cfg, b_cfg = (json.loads((art / f).read_text())["provenance"]["config"]["script"]
+                    for f in ("sft_training_curve.json", "sft_option_b_training_curve.json"))
+    assert {**a_cfg, "reasoning_mode": "option_b", "curve": ""} == {**b_cfg, "curve": ""}, "same SFT budget"
+    # the one command recorded every stage and its wall time
+    pipe = json.loads((art / "pipeline.json").read_text())
+    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate"]
+    assert pipe["provenance"]["wall_time_s"] >= sum(s["wall_time_s"] for s in pipe["stages"]) > 0
 
 
 def test_shipped_checkpoint_plays_offline():
