@@ -1,32 +1,156 @@
-"""Haggle's Space: the bilateral negotiation environment, scripted games and evaluation results.
+"""Haggle's Space: the bilateral negotiation, live games, evaluation and training results.
 
-Wiring only: pure functions build each table and transcript; the UI connects them. Every
-number shown comes from the environment itself or from a file in ``artifacts/``.
+Wiring only: ``space.games`` runs games (one per session id), ``space.figures`` turns
+``artifacts/`` into tables and figures, ``space.model`` seats the trained model. Every number
+shown comes from the environment itself or from a file in ``artifacts/``. The functions
+below the UI are also named API endpoints (``gradio_client``, and MCP with ``gradio[mcp]``).
 
     python app.py            # serves on http://127.0.0.1:7860 (offline, CPU)
 """
 
-from __future__ import annotations
-
-import json
+import functools
+import os
+import random
 from pathlib import Path
 
 import gradio as gr
 
-from env.evaluation import format_table
-from env.play import play_episode
+from env.evaluation import EVAL_SEED_BASE, summarize_row
+from env.play import play_metrics
 from env.players import BUYERS, SELLERS, make_player
-from env.protocol import format_price
-from env.scenarios import get_split, load_scenarios, resolve_source
+from env.protocol import REASONING_MODES
+from env.rules import BUYER, SELLER
+from env.scenarios import get_split, load_scenarios
+from space import figures as F
+from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, available_sources, check_seed, choices
+from space.model import ENV_VAR, load_seat, model_label
 
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-SOURCES = ("builtin", "amazon")
+ROOT = Path(__file__).resolve().parent
+GAMES = GameStore(model_loader=load_seat)
+MAX_EVAL_EPISODES = {"scripted": 5000, MODEL: 20}
+SELLER_MIX = "mix"
 
 
-def available_sources() -> list[str]:
-    return [s for s in SOURCES if s == "builtin" or resolve_source("auto") == "amazon"]
+def _clear_errors(fn):
+    """Bad input becomes a ``gr.Error`` with the reason; the app keeps serving."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (GameError, ValueError, TypeError, KeyError) as exc:
+            raise gr.Error(str(exc)) from None
+
+    return wrapper
 
 
+def _product(product):
+    """API callers pass -1 (or nothing) for a product drawn from the seed."""
+    if product is None or (isinstance(product, (int, float)) and not isinstance(product, bool) and product == -1):
+        return None
+    if isinstance(product, float) and product.is_integer():
+        return int(product)
+    return product
+
+
+# ---------------------------------------------------------------------- API
+@_clear_errors
+def list_scenarios(source: str = "builtin", split: str = "test") -> list[dict]:
+    """The scenarios of a source ('builtin', or 'amazon' when its data is present) and split
+    ('test', 'train' or 'all'): index, title, category, list price and interest. Budgets and
+    costs are private to the players and are not listed."""
+    if source not in available_sources():
+        raise GameError(f"unknown or unavailable source {source!r}; choose from {', '.join(available_sources())}")
+    return [{"index": i, "id": s.id, "title": s.title, "category": s.category, "list_price": s.list_price,
+             "interest": s.interest} for i, s in enumerate(get_split(source, split))]
+
+
+@_clear_errors
+def start_game(buyer: str = HUMAN, seller: str = "neutral", source: str = "builtin", product: int = -1,
+               seed: int = 0, reasoning_mode: str = "option_a") -> dict:
+    """Start a game in its own session on a held-out test product (-1: drawn from the seed).
+    buyer and seller: a scripted player, 'model' (the trained checkpoint) or 'human' (you move
+    with send_reply). Agents move until it is your turn. Returns the state with its session_id;
+    while you play you see only your own side (budget or cost), the whole game once it ends."""
+    return GAMES.start(source=source, buyer=buyer, seller=seller, product=_product(product), seed=seed,
+                       reasoning_mode=reasoning_mode)
+
+
+@_clear_errors
+def send_reply(session_id: str, action: str, price: float = 0.0, talk: str = "") -> dict:
+    """Your move in the game of session_id: action is 'offer' (at price), 'accept' (the other
+    side's standing offer), 'reject' or 'quit'; talk is what you say. The agents then answer.
+    Returns the new state."""
+    return GAMES.reply(session_id, action, price if action == "offer" else None, talk)
+
+
+@_clear_errors
+def game_state(session_id: str) -> dict:
+    """The current state of the game of session_id, as its player may see it."""
+    return GAMES.state(session_id)
+
+
+@_clear_errors
+def play_episode(buyer: str = "expert", seller: str = "neutral", source: str = "builtin", product: int = -1,
+                 seed: int = 0, reasoning_mode: str = "option_a") -> dict:
+    """Play a whole game between two agents (scripted players or 'model') and return its
+    transcript, both sides' private reasoning, the outcome and the reward explained."""
+    if HUMAN in (buyer, seller):
+        raise GameError("play_episode is agents only; use start_game and send_reply to play yourself")
+    from space.games import view  # noqa: PLC0415
+    return view(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=_product(product), seed=seed,
+                               reasoning_mode=reasoning_mode))
+
+
+@_clear_errors
+def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: int = 200, source: str = "builtin",
+                    seed: int = EVAL_SEED_BASE, reasoning_mode: str = "option_a") -> dict:
+    """Evaluate a buyer for N episodes on the held-out test products against one seller or the
+    whole seller mix ('mix'), seeds seed, seed+1, ...: the evaluation artifact's row fields
+    (mean reward, std, 95% CI, deal rate, bargained ratio, overshoot, format errors)."""
+    seed = check_seed(seed)
+    if buyer != MODEL and buyer not in BUYERS:
+        raise GameError(f"unknown buyer {buyer!r}; choose from {', '.join([*BUYERS, MODEL])}")
+    sellers = list(SELLERS) if seller == SELLER_MIX else [seller]
+    if sellers[0] not in SELLERS:
+        raise GameError(f"unknown seller {seller!r}; choose from {', '.join([*SELLERS, SELLER_MIX])}")
+    cap = MAX_EVAL_EPISODES[MODEL if buyer == MODEL else "scripted"]
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= cap:
+        raise GameError(f"episodes must be a whole number from 1 to {cap} for this buyer; got {episodes!r}")
+    if reasoning_mode not in REASONING_MODES:
+        raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}")
+    scenarios = [s for s in get_split(source, "test")] if source in available_sources() else None
+    if not scenarios:
+        raise GameError(f"unknown or unavailable source {source!r}")
+    metrics = []
+    for i in range(episodes):
+        b = load_seat(BUYER, reasoning_mode) if buyer == MODEL else make_player(BUYER, buyer, reasoning_mode)
+        s = make_player(SELLER, sellers[i % len(sellers)], reasoning_mode)
+        metrics.append(play_metrics(scenarios[i % len(scenarios)], b, s, seed + i))
+    return summarize_row(metrics, buyer=buyer if buyer != MODEL else model_label(), seller=seller, split="test",
+                         dataset=source, reasoning_mode=reasoning_mode, seeds=f"{seed}..{seed + episodes - 1}")
+
+
+@_clear_errors
+def read_artifact(name: str) -> dict:
+    """One artifact by its path under artifacts/ (e.g. 'eval_results.json'): JSON files come
+    back parsed, JSONL as a list of records, anything else as its size."""
+    path = F.artifact_path(name)
+    if not path.is_file():
+        raise GameError(f"no artifact {name!r}; list_artifacts names them all")
+    if path.suffix == ".json":
+        return F.read_artifact(name)
+    if path.suffix == ".jsonl":
+        return {"records": F.transcripts(name)}
+    return {"file": name, "bytes": path.stat().st_size}
+
+
+def list_artifacts() -> list[dict]:
+    """Every file in artifacts/ with its size and provenance (command, commit, date, machine)."""
+    return F.list_artifacts()
+
+
+# ---------------------------------------------------------------------- UI helpers
 def scenario_stats() -> list[list]:
     """Rows: source, products, mutual, conflicting, categories, test products."""
     rows = []
@@ -38,67 +162,258 @@ def scenario_stats() -> list[list]:
     return rows
 
 
-def play(source: str, buyer: str, seller: str, product: int, seed: int, reasoning_mode: str):
-    """Play one scripted episode on a test product; returns chat messages and a summary."""
-    if buyer not in BUYERS or seller not in SELLERS:
-        raise gr.Error(f"unknown player: buyer {buyer!r}, seller {seller!r}")
-    if source not in available_sources():
-        raise gr.Error(f"unknown or unavailable scenario source {source!r}")
-    scenarios = get_split(source, "test")
-    if product is None or seed is None or not 0 <= int(product) < len(scenarios) or int(seed) < 0:
-        raise gr.Error(f"product must be 0..{len(scenarios) - 1} and seed must be non-negative")
-    scenario = scenarios[int(product)]
-    env = play_episode(scenario, make_player("buyer", buyer, reasoning_mode),
-                       make_player("seller", seller, reasoning_mode), int(seed))
-    messages = []
-    for turn in env.log:
-        role = "user" if turn["role"] == "buyer" else "assistant"
-        if turn["thought"]:
-            messages.append({"role": role, "content": turn["thought"],
-                             "metadata": {"title": f"{turn['role']}'s private reasoning (never shown to the other side)"}})
-        action = turn["action"].render() if turn["action"] else f"format error: {turn['error']}"
-        messages.append({"role": role, "content": f"**{turn['role']}**: {turn['talk']}\n\n`{action}`"})
-    m = env.metrics()
-    summary = (f"**{scenario.title}** ({scenario.category}), list {format_price(scenario.list_price)}; "
-               f"buyer budget {format_price(scenario.budget)}, seller cost {format_price(scenario.cost)} "
-               f"({scenario.interest} interest).\n\nEnd: **{m.end_reason}**"
-               + (f" at {format_price(m.price)}" if m.deal else "")
-               + f". Buyer reward **{m.reward:+.3f}** = clip((budget − price) / |budget − cost|, −1, 1) for a deal; "
-               "0 without one; −1 for a format error or going over budget.")
-    return messages, summary
+def players_table() -> list[list]:
+    rows = [["buyer", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in BUYERS.items()]
+    rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in SELLERS.items()]
+    rows.append(["either", MODEL, f"the trained checkpoint ({model_label()}; ${ENV_VAR} for another)"])
+    rows.append(["either", HUMAN, "you, typing offers in the Play tab"])
+    return rows
 
 
-def eval_table() -> str:
-    path = ARTIFACTS / "eval_scripted.json"
-    if not path.exists():
-        return "No evaluation artifact yet: run `python training/evaluate.py`."
-    data = json.loads(path.read_text())
-    prov = data["provenance"]
-    return (f"From `{path.name}` — `{prov['command']}` at commit `{prov['commit'][:12]}` on {prov['date']} "
-            f"({prov['config'].get('dataset')}, {prov['config'].get('split')} split):\n\n```\n"
-            f"{format_table(data['rows'])}\n```")
+def _game_outputs(state: dict):
+    """State -> (chat, scenario card, outcome, controls visible)."""
+    you = state.get("you")
+    secret = ""
+    if "budget" in state and "cost" in state:
+        secret = f" Budget ${state['budget']:,.2f}, cost ${state['cost']:,.2f} ({state['interest']} interest)."
+    elif you:
+        key = "budget" if you == BUYER else "cost"
+        secret = f" **Your {key} (private): ${state[key]:,.2f}.**"
+    card = (f"### {state['title']} ({state['category']})\n{state['description']}\n\nList price "
+            f"${state['list_price']:,.2f}.{secret} Round {state['turn']} of {state['max_turns']}. "
+            f"Buyer: **{state['buyer']}**, seller: **{state['seller']}**, product #{state['product']}, "
+            f"seed {state['seed']}.")
+    if you and not state["done"]:
+        offer = state.get("their_offer")
+        card += f"\n\nYou are the **{you}**. " + (f"Their standing offer: ${offer:,.2f}." if offer else
+                                                  "No offer from them yet.")
+    outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
+    return state["messages"], card, outcome, gr.update(visible=bool(you) and not state["done"])
 
 
+@_clear_errors
+def ui_start(source, buyer, seller, mode, product, seed, old_session):
+    if old_session:
+        GAMES.end(old_session)
+    seed = random.randrange(10**6) if seed is None else seed
+    state = GAMES.start(source=source, buyer=buyer, seller=seller, product=_product(product),
+                        seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
+                        reasoning_mode=mode)
+    return (state["session_id"], *_game_outputs(state))
+
+
+@_clear_errors
+def ui_send(session, action, price, talk):
+    if not session:
+        raise GameError("start a game first")
+    state = GAMES.reply(session, action, price if action == "offer" else None, talk)
+    return (*_game_outputs(state), "")
+
+
+def _pairs(after: str) -> list:
+    return F.before_after_pairs("base", after)
+
+
+def ui_before_after(after: str, index: int):
+    pairs = _pairs(after)
+    if not pairs:
+        return [], [], f"No stored games of both base and {after} on the same scenario and seed."
+    label, before, late = pairs[min(int(index or 0), len(pairs) - 1)]
+    s = before["scenario"]
+    summary = (f"**{label}** — budget ${s['budget']:,.2f}, cost ${s['cost']:,.2f}. Untrained (base): "
+               f"{before['metrics']['end_reason']}, reward {before['metrics']['reward']:+.3f}; trained ({after}): "
+               f"{late['metrics']['end_reason']}, reward {late['metrics']['reward']:+.3f}. From "
+               f"`artifacts/transcripts/eval_results.jsonl` (held-out test games of the evaluation).")
+    return F.transcript_messages(before), F.transcript_messages(late), summary
+
+
+def ui_pair_choices(after: str):
+    pairs = _pairs(after)
+    return gr.update(choices=[(label, i) for i, (label, _, _) in enumerate(pairs)], value=0 if pairs else None)
+
+
+def ui_eval(name: str, seller: str):
+    return (F.reward_bars(name, seller), F.heatmap(name), F.interest_bars(name), F.eval_table(name, seller),
+            F.provenance_line(F.read_artifact(name), name))
+
+
+@functools.lru_cache(maxsize=2)
+def sft_sample(mode: str = "option_a") -> list[tuple[str, str | None]]:
+    """The first expert game exactly as ``training/sft.py`` hands it to TRL's SFTTrainer: the
+    token stream, with the tokens that carry the loss (the buyer's) marked."""
+    from space.sample import sft_sample as build  # noqa: PLC0415
+    return build(mode)
+
+
+def ui_artifact(name: str):
+    if not name:
+        return None, {}
+    path = F.artifact_path(name)
+    meta = F.read_artifact(name).get("provenance", {}) if path.suffix == ".json" else {"bytes": path.stat().st_size}
+    return str(path), meta
+
+
+ENV_TEXT = """
+**The game** (the RLVR negotiation paper's protocol). A buyer with a private budget *B* and a regulated seller with a
+private cost *C* bargain over one product for at most 6 rounds; the buyer speaks first in each round. Each reply has a
+private part (a `Thought:` line in *option_a*, a `<think>` block in *option_b*) that the opponent never sees, then
+`Talk:` and exactly one `Action:`.
+
+| action | who | meaning |
+|---|---|---|
+| `[BUY] $X` | buyer | offer $X (never above the budget) |
+| `[SELL] $X` | seller | ask $X (the regulated seller can never go below cost: such moves are blocked and count as `[REJECT]`) |
+| `[DEAL] $X` | either | accept the other side's standing offer $X |
+| `[REJECT]` | either | refuse without a counter-offer |
+| `[QUIT]` | either | walk away: no deal |
+
+**Reward** (verifiable, from the outcome alone): a deal at price *P* pays the buyer `clip((B − P) / |B − C|, −1, 1)`
+(|B − C| floored at $1); no deal pays 0; an unreadable reply, an illegal move or an offer above the budget pays −1 and
+ends the game. *Mutual interest*: B ≥ C, a deal both can accept exists; *conflicting*: B < C, the right move is to walk
+away.
+"""
+
+
+def api_example(url: str = "http://127.0.0.1:7860/") -> str:
+    return f"""```python
+from gradio_client import Client
+
+client = Client("{url}")
+state = client.predict(buyer="human", seller="boulware", product=-1, seed=7, api_name="/start_game")
+sid = state["session_id"]
+print(state["title"], "budget", state["budget"])
+while not state["done"]:
+    state = client.predict(session_id=sid, action="offer", price=round(state["budget"] * 0.7, 2),
+                           talk="Would this work?", api_name="/send_reply")
+print(state["outcome"]["explanation"])
+print(client.predict(buyer="expert", seller="mix", episodes=100, api_name="/evaluate_policy")["reward_mean"])
+```"""
+
+
+# ---------------------------------------------------------------------- layout
 def build() -> gr.Blocks:
+    evals = [n for n in F.EVAL_FILES if F.read_artifact(n)]
     with gr.Blocks(title="Haggle") as demo:
-        gr.Markdown("# Haggle\nLanguage models that learn to negotiate from verifiable rewards. "
-                    "A buyer with a private budget bargains with a regulated seller who has a private cost.")
-        gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual", "conflicting", "categories", "test"],
-                     label="Scenarios", interactive=False)
-        with gr.Row():
-            source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
-            buyer = gr.Dropdown(list(BUYERS), value="expert", label="Buyer")
-            seller = gr.Dropdown(list(SELLERS), value="neutral", label="Seller")
-            mode = gr.Dropdown(["option_a", "option_b"], value="option_a", label="Reasoning format")
-            product = gr.Number(0, precision=0, label="Test product #")
-            seed = gr.Number(0, precision=0, label="Seed")
-        go = gr.Button("Play", variant="primary")
-        chat = gr.Chatbot(label="Negotiation", height=480)
-        summary = gr.Markdown()
-        go.click(play, [source, buyer, seller, product, seed, mode], [chat, summary], api_name="play_scripted")
-        gr.Markdown(eval_table())
+        gr.Markdown("# Haggle\nLanguage models that learn to negotiate from verifiable rewards: a buyer with a "
+                    "private budget bargains with a regulated seller who has a private cost.")
+        with gr.Tabs():
+            with gr.Tab("At a glance", id="glance"):
+                gr.Markdown("Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
+                            "one, −1 for an unreadable reply or going over budget. Scenarios are products with a "
+                            "list price; *mutual interest* means budget ≥ cost.")
+                gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
+                                                        "conflicting interest", "categories", "test products"],
+                             label="Scenarios (task: bilateral price negotiation)", interactive=False)
+                gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
+                gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
+                             interactive=False, wrap=True)
+            with gr.Tab("Play", id="play"):
+                session = gr.State("")
+                with gr.Row():
+                    buyer = gr.Dropdown(choices(BUYER), value=HUMAN, label="Buyer")
+                    seller = gr.Dropdown(choices(SELLER), value="neutral", label="Seller")
+                    mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
+                    source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
+                    product = gr.Number(None, precision=0, label="Test product # (empty: from the seed)")
+                    seed = gr.Number(0, precision=0, label="Seed (empty: random)")
+                start = gr.Button("Start game", variant="primary", elem_id="start-game")
+                card = gr.Markdown(elem_id="game-card")
+                chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,
+                                  elem_id="game-chat")
+                with gr.Group(visible=False) as controls:
+                    with gr.Row():
+                        action = gr.Radio(list(HUMAN_ACTIONS), value="offer", label="Your action",
+                                          elem_id="human-action")
+                        price = gr.Number(None, label="Price ($)", elem_id="human-price")
+                    talk = gr.Textbox(label="What you say", placeholder="e.g. That's more than I hoped to pay.",
+                                      elem_id="human-talk")
+                    send = gr.Button("Send", variant="primary", elem_id="human-send")
+                outcome = gr.Markdown(elem_id="game-outcome")
+                start.click(ui_start, [source, buyer, seller, mode, product, seed, session],
+                            [session, chat, card, outcome, controls], api_visibility="private")
+                send.click(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
+                           api_visibility="private")
+                talk.submit(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
+                            api_visibility="private")
+            with gr.Tab("Evaluation", id="evaluation"):
+                with gr.Row():
+                    eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
+                    eval_seller = gr.Dropdown([SELLER_MIX, *SELLERS], value=SELLER_MIX, label="Seller")
+                eval_prov = gr.Markdown()
+                bars = gr.Plot(label="reward per buyer")
+                heat = gr.Plot(label="buyer x seller")
+                interest = gr.Plot(label="mutual vs conflicting interest")
+                table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows")
+                outs = [bars, heat, interest, table, eval_prov]
+                for comp in (eval_file, eval_seller):
+                    comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+                demo.load(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+            with gr.Tab("Training", id="training"):
+                gr.Plot(F.dashboard(), label="dashboard")
+                gr.Plot(F.sft_loss(), label="SFT")
+                gr.Plot(F.rl_rewards(), label="RL reward")
+                gr.Plot(F.rl_phases(), label="four phases")
+                gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"],
+                             label="python training/pipeline.py: stages", interactive=False, wrap=True)
+                gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
+                                        [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"]))
+            with gr.Tab("Before vs after", id="before-after"):
+                with gr.Row():
+                    trained = gr.Dropdown(["grpo", "sft", "sdpo", "sft_option_b"], value="grpo",
+                                          label="Trained buyer")
+                    pair = gr.Dropdown(label="Same scenario, seller and seed", choices=[], value=None)
+                ba_summary = gr.Markdown()
+                with gr.Row():
+                    before_chat = gr.Chatbot(label="before: untrained (base)", height=460)
+                    after_chat = gr.Chatbot(label="after: trained", height=460)
+                trained.change(ui_pair_choices, trained, pair, api_visibility="private")
+                pair.change(ui_before_after, [trained, pair], [before_chat, after_chat, ba_summary],
+                            api_visibility="private")
+                demo.load(ui_pair_choices, trained, pair, api_visibility="private")
+            with gr.Tab("Environment", id="environment") as env_tab:
+                gr.Markdown(ENV_TEXT)
+                gr.Markdown("**One SFT training sample, exactly as the trainer saw it**: the first expert game of "
+                            "`training/sft.py` (train product 0, seed 0, neutral seller) as the token stream handed "
+                            "to TRL's `SFTTrainer`, with the tokens that carry the loss (the buyer's own) marked.")
+                sample = gr.HighlightedText(label="token stream (loss on 'trained' spans only)",
+                                            color_map={"trained": "green"}, elem_id="sft-sample")
+                env_tab.select(sft_sample, None, sample, api_visibility="private")
+            with gr.Tab("Artifacts", id="artifacts"):
+                rows = F.list_artifacts()
+                gr.Dataframe([[r["file"], r["bytes"], r["command"], r["commit"], r["date"]] for r in rows],
+                             headers=["file", "bytes", "command", "commit", "date"], interactive=False, wrap=True,
+                             label="artifacts/")
+                pick = gr.Dropdown([r["file"] for r in rows], label="File")
+                download = gr.File(label="Download")
+                meta = gr.JSON(label="provenance")
+                pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
+            with gr.Tab("API", id="api"):
+                gr.Markdown("Every function below is a named endpoint; game endpoints take and return a "
+                            "`session_id`, so API clients are isolated from each other and from the page.\n\n"
+                            + "\n".join(f"- `/{fn.__name__}`: {(fn.__doc__ or '').split(chr(10))[0]}"
+                                        for fn in API) + "\n\n" + api_example())
+        for fn in API:
+            gr.api(fn, api_name=fn.__name__, concurrency_limit=None, queue=fn not in QUEUED)
     return demo
 
 
+QUEUED = (evaluate_policy,)  # long runs wait in the queue; game moves answer directly
+API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluate_policy, read_artifact,
+       list_artifacts)
+
+
+def launch(**kwargs):
+    demo = build()
+    demo.queue(default_concurrency_limit=None)
+    mcp = kwargs.pop("mcp_server", None)
+    if mcp is None:
+        try:
+            import mcp as _mcp  # noqa: F401, PLC0415
+            mcp = True
+        except ImportError:
+            mcp = False
+    return demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], **kwargs)
+
+
 if __name__ == "__main__":
-    build().launch()
+    launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))

@@ -1,0 +1,318 @@
+"""Pure functions from ``artifacts/`` to the Space's tables and plotly figures.
+
+Nothing here makes up a number: every value is read from an artifact file a script in
+``training/`` or ``benchmarks/`` wrote, and every figure names the file it came from. A
+missing artifact gives an empty figure that says which command writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+EVAL_FILES = ("eval_results.json", "eval_scripted.json")
+TRAINED = ("base", "sft", "grpo", "sdpo")  # canonical names of model buyers (GUIDE 7)
+RL_CURVES = {"grpo": "grpo_training_curve.json", "sdpo": "sdpo_training_curve.json"}
+SFT_CURVES = {"sft (option_a)": "sft_training_curve.json", "sft (option_b)": "sft_option_b_training_curve.json"}
+RL_METRICS = {"reward_mean": "mean reward", "deal_rate": "deal rate", "first_offer_ratio": "first offer / budget",
+              "turns_mean": "turns per episode", "format_error_rate": "format-error rate",
+              "frac_reward_zero_std": "groups with zero reward spread"}
+TABLE_COLUMNS = ["buyer", "seller", "episodes", "reward", "95% CI", "std", "deal rate", "bargained ratio",
+                 "first offer / budget", "overshoot", "format errors"]
+
+
+# ---------------------------------------------------------------------- reading
+def read_artifact(name: str) -> dict | None:
+    """An artifact JSON by its path under ``artifacts/``, or None when it is absent."""
+    path = artifact_path(name)
+    return _read(str(path), path.stat().st_mtime) if path.is_file() else None
+
+
+@lru_cache(maxsize=64)
+def _read(path: str, mtime: float) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def artifact_path(name: str) -> Path:
+    """``name`` resolved inside ``artifacts/``; anything that points outside is refused."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ValueError("artifact name must be a path under artifacts/, e.g. eval_results.json")
+    path = (ARTIFACTS / name).resolve()
+    if ARTIFACTS.resolve() not in path.parents:
+        raise ValueError(f"{name!r} is not inside artifacts/")
+    return path
+
+
+def list_artifacts() -> list[dict]:
+    """Every file in ``artifacts/`` with its size and, for JSON, its provenance."""
+    out = []
+    for path in sorted(p for p in ARTIFACTS.rglob("*") if p.is_file()):
+        rel = path.relative_to(ARTIFACTS).as_posix()
+        prov = {}
+        if path.suffix == ".json":
+            try:
+                prov = (read_artifact(rel) or {}).get("provenance") or {}
+            except (json.JSONDecodeError, AttributeError):
+                prov = {}
+        out.append({"file": rel, "bytes": path.stat().st_size, "command": prov.get("command", ""),
+                    "commit": str(prov.get("commit", ""))[:12], "date": prov.get("date", ""),
+                    "wall_time_s": prov.get("wall_time_s"), "machine": prov.get("machine", "")})
+    return out
+
+
+def provenance_line(data: dict | None, name: str) -> str:
+    if not data or "provenance" not in data:
+        return f"`{name}`: not produced yet."
+    p = data["provenance"]
+    wall = f", {p['wall_time_s']:.0f} s" if isinstance(p.get("wall_time_s"), (int, float)) else ""
+    return (f"From `artifacts/{name}`: `{p.get('command', '?')}` at commit `{str(p.get('commit', '?'))[:12]}`, "
+            f"{p.get('date', '?')}, {p.get('machine', '?')}{wall}.")
+
+
+def eval_rows(name: str, seller: str | None = None) -> list[dict]:
+    data = read_artifact(name) or {}
+    rows = data.get("rows", [])
+    return [r for r in rows if seller is None or r["seller"] == seller]
+
+
+def _f(x, fmt: str = "{:+.3f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def eval_table(name: str, seller: str = "mix") -> list[list]:
+    """Rows for a table: one per buyer against ``seller`` (``mix`` = the whole seller mix)."""
+    out = []
+    for r in eval_rows(name, seller):
+        lo, hi = r["reward_ci95"]
+        out.append([r["buyer"], r["seller"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
+                    _f(r["reward_std"], "{:.3f}"), _f(r["deal_rate"], "{:.1%}"), _f(r["bargained_ratio"], "{:.3f}"),
+                    _f(r["first_offer_ratio"], "{:.3f}"), _f(r["overshoot_rate"], "{:.1%}"),
+                    _f(r["format_error_rate"], "{:.1%}")])
+    return out
+
+
+def _empty(title: str, why: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(title=title, annotations=[{"text": why, "showarrow": False, "x": 0.5, "y": 0.5,
+                                                  "xref": "paper", "yref": "paper"}],
+                      xaxis={"visible": False}, yaxis={"visible": False}, height=320)
+    return fig
+
+
+# ---------------------------------------------------------------------- evaluation
+def reward_bars(name: str, seller: str = "mix") -> go.Figure:
+    """Mean reward per buyer with whiskers for one standard deviation (thin) and the 95% CI (thick)."""
+    rows = sorted(eval_rows(name, seller), key=lambda r: r["reward_mean"])
+    if not rows:
+        return _empty("Mean reward per buyer", f"no rows in artifacts/{name}")
+    names = [r["buyer"] for r in rows]
+    means = [r["reward_mean"] for r in rows]
+    colors = ["#d62728" if n in TRAINED or n.startswith(TRAINED) else "#1f77b4" for n in names]
+    fig = go.Figure()
+    fig.add_bar(y=names, x=means, orientation="h", marker_color=colors, name="mean reward", opacity=0.55,
+                error_x={"type": "data", "symmetric": True, "array": [r["reward_std"] for r in rows],
+                         "thickness": 1, "color": "#888"},
+                hovertemplate="%{y}: %{x:+.3f}<extra>mean ± std</extra>")
+    fig.add_scatter(y=names, x=means, mode="markers", name="95% CI", marker={"color": "black", "size": 6},
+                    error_x={"type": "data", "symmetric": False,
+                             "array": [r["reward_ci95"][1] - r["reward_mean"] for r in rows],
+                             "arrayminus": [r["reward_mean"] - r["reward_ci95"][0] for r in rows],
+                             "thickness": 3, "color": "black"})
+    fig.update_layout(title=f"Mean buyer reward vs seller '{seller}' (thin whisker: ±1 std; thick: 95% CI; "
+                            f"red: model buyers)", xaxis_title="reward", height=120 + 28 * len(rows),
+                      showlegend=False, margin={"l": 120})
+    return fig
+
+
+def heatmap(name: str, metric: str = "reward_mean") -> go.Figure:
+    """Buyer x seller grid of one metric (the mix column included)."""
+    rows = eval_rows(name)
+    if not rows:
+        return _empty("Buyer x seller", f"no rows in artifacts/{name}")
+    buyers = list(dict.fromkeys(r["buyer"] for r in rows))
+    sellers = list(dict.fromkeys(r["seller"] for r in rows))
+    cell = {(r["buyer"], r["seller"]): r.get(metric) for r in rows}
+    z = [[cell.get((b, s)) for s in sellers] for b in buyers]
+    text = [["" if v is None else f"{v:+.2f}" if metric == "reward_mean" else f"{v:.2f}" for v in row] for row in z]
+    fig = go.Figure(go.Heatmap(z=z, x=sellers, y=buyers, text=text, texttemplate="%{text}", colorscale="RdBu",
+                               zmid=0 if metric == "reward_mean" else None, colorbar={"title": metric}))
+    fig.update_layout(title=f"{metric} by buyer and seller ({name})", height=140 + 32 * len(buyers),
+                      margin={"l": 120})
+    return fig
+
+
+def interest_bars(name: str) -> go.Figure:
+    """Mean reward on mutual- and conflicting-interest products (budget above or below cost), seller mix."""
+    rows = [r for r in eval_rows(name, "mix") if r.get("by_interest")]
+    if not rows:
+        return _empty("Mutual vs conflicting interest", f"no per-interest rows in artifacts/{name}")
+    fig = go.Figure()
+    for kind, color in (("mutual", "#2ca02c"), ("conflicting", "#ff7f0e")):
+        parts = [r["by_interest"].get(kind) or {} for r in rows]
+        fig.add_bar(name=f"{kind} interest", x=[r["buyer"] for r in rows], y=[p.get("reward_mean") for p in parts],
+                    marker_color=color,
+                    customdata=[[p.get("episodes"), p.get("deal_rate")] for p in parts],
+                    hovertemplate="%{x}: %{y:+.3f} (%{customdata[0]} episodes, deal rate %{customdata[1]:.0%})",
+                    error_y={"type": "data", "symmetric": False,
+                             "array": [(p["reward_ci95"][1] - p["reward_mean"]) if p else None for p in parts],
+                             "arrayminus": [(p["reward_mean"] - p["reward_ci95"][0]) if p else None for p in parts]})
+    fig.update_layout(barmode="group", title=f"Mutual vs conflicting interest, seller mix (95% CI) — {name}",
+                      yaxis_title="mean reward", height=380)
+    return fig
+
+
+def headline(name: str = "eval_results.json") -> str:
+    """One line per model buyer against the seller mix, next to the expert and the best baseline."""
+    rows = {r["buyer"]: r for r in eval_rows(name, "mix")}
+    if not rows:
+        return f"No evaluation of trained buyers yet (`artifacts/{name}`): run `python training/pipeline.py`."
+    lines = []
+    for b in ("expert", *TRAINED):
+        if b in rows:
+            r = rows[b]
+            lines.append(f"| {b} | {r['reward_mean']:+.3f} | [{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] "
+                         f"| {r['deal_rate']:.1%} | {r['overshoot_rate']:.1%} | {r['format_error_rate']:.1%} |")
+    scripted = [r for b, r in rows.items() if b not in TRAINED and b != "expert" and not b.startswith(TRAINED)]
+    best = max(scripted, key=lambda r: r["reward_mean"], default=None)
+    if best:
+        lines.append(f"| best baseline: {best['buyer']} | {best['reward_mean']:+.3f} | "
+                     f"[{best['reward_ci95'][0]:+.3f}, {best['reward_ci95'][1]:+.3f}] | {best['deal_rate']:.1%} "
+                     f"| {best['overshoot_rate']:.1%} | {best['format_error_rate']:.1%} |")
+    r0 = next(iter(rows.values()))
+    return ("| buyer | reward vs seller mix | 95% CI | deal rate | overshoot | format errors |\n|---|---|---|---|---|---|\n"
+            + "\n".join(lines) + f"\n\n{r0['episodes']} held-out episodes per buyer ({r0['dataset']} test split). "
+            + provenance_line(read_artifact(name), name))
+
+
+# ---------------------------------------------------------------------- training
+def _points(name: str) -> list[dict]:
+    return (read_artifact(name) or {}).get("points", [])
+
+
+def sft_loss() -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("SFT loss (buyer tokens only)", "token accuracy"))
+    found = False
+    for label, name in SFT_CURVES.items():
+        pts = _points(name)
+        found |= bool(pts)
+        steps = [p["step"] for p in pts]
+        fig.add_scatter(x=steps, y=[p.get("loss") for p in pts], name=label, row=1, col=1, mode="lines+markers")
+        fig.add_scatter(x=steps, y=[p.get("mean_token_accuracy") for p in pts], name=f"{label} accuracy",
+                        row=1, col=2, mode="lines+markers", showlegend=False)
+    if not found:
+        return _empty("SFT", "no SFT curve yet: run python training/sft.py")
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(height=360, title="Supervised fine-tuning on expert games (every logged step, unsmoothed)")
+    return fig
+
+
+def rl_rewards() -> go.Figure:
+    """Per-step mean reward of GRPO and SDPO with the step's own min-max range and ±1 std."""
+    fig = go.Figure()
+    colors = {"grpo": "#d62728", "sdpo": "#9467bd"}
+    for algo, name in RL_CURVES.items():
+        pts = _points(name)
+        if not pts:
+            continue
+        steps = [p["step"] for p in pts]
+        mean = [p["reward_mean"] for p in pts]
+        std = [p.get("reward_std") or 0.0 for p in pts]
+        fig.add_scatter(x=steps + steps[::-1], y=[m + s for m, s in zip(mean, std)] + [m - s for m, s in
+                                                                                      zip(mean[::-1], std[::-1])],
+                        fill="toself", line={"width": 0}, fillcolor=colors[algo], opacity=0.15,
+                        name=f"{algo} ±1 std", hoverinfo="skip")
+        fig.add_scatter(x=steps, y=mean, mode="lines+markers", name=f"{algo} mean", line={"color": colors[algo]},
+                        customdata=[[p.get("reward_min"), p.get("reward_max"), p.get("episodes")] for p in pts],
+                        hovertemplate="step %{x}: %{y:+.3f} (min %{customdata[0]:+.2f}, max %{customdata[1]:+.2f},"
+                                      " %{customdata[2]} episodes)")
+    if not fig.data:
+        return _empty("GRPO / SDPO reward", "no RL curve yet: run python training/grpo.py")
+    fig.update_layout(title="Training reward per step against the live environment (each step's own episodes)",
+                      xaxis_title="step", yaxis_title="buyer reward", height=380)
+    return fig
+
+
+def rl_phases() -> go.Figure:
+    """Deal rate, first-offer ratio, turns, format errors, zero-spread groups per step: the four
+    phases of the paper (anchoring, deadlock, concession, persuasion) show up in these."""
+    keys = [k for k in RL_METRICS if k != "reward_mean"]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=[RL_METRICS[k] for k in keys] + ["overshoot rate"])
+    found = False
+    for algo, name in RL_CURVES.items():
+        pts = _points(name)
+        found |= bool(pts)
+        steps = [p["step"] for p in pts]
+        for i, k in enumerate([*keys, "overshoot_rate"]):
+            fig.add_scatter(x=steps, y=[p.get(k) for p in pts], mode="lines+markers", name=algo,
+                            legendgroup=algo, showlegend=i == 0, row=i // 3 + 1, col=i % 3 + 1,
+                            line={"color": {"grpo": "#d62728", "sdpo": "#9467bd"}[algo]})
+    if not found:
+        return _empty("Behaviour over training", "no RL curve yet")
+    fig.update_layout(title="Behaviour over training (per step, unsmoothed)", height=520)
+    return fig
+
+
+def dashboard() -> go.Figure:
+    """Both stages at a glance: SFT loss, then RL reward and deal rate."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("1. SFT loss", "2. RL mean reward", "2. RL deal rate"))
+    for label, name in SFT_CURVES.items():
+        pts = _points(name)
+        fig.add_scatter(x=[p["step"] for p in pts], y=[p.get("loss") for p in pts], name=label, row=1, col=1)
+    for algo, name in RL_CURVES.items():
+        pts = _points(name)
+        color = {"grpo": "#d62728", "sdpo": "#9467bd"}[algo]
+        fig.add_scatter(x=[p["step"] for p in pts], y=[p["reward_mean"] for p in pts], name=algo, row=1, col=2,
+                        line={"color": color})
+        fig.add_scatter(x=[p["step"] for p in pts], y=[p.get("deal_rate") for p in pts], name=f"{algo} deals",
+                        row=1, col=3, line={"color": color, "dash": "dot"}, showlegend=False)
+    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_layout(height=340, title="Training at a glance")
+    return fig
+
+
+def pipeline_table() -> list[list]:
+    data = read_artifact("pipeline.json") or {}
+    return [[s["stage"], f"{s['wall_time_s']:.0f}", s["command"]] for s in data.get("stages", [])]
+
+
+# ---------------------------------------------------------------------- transcripts
+def transcripts(name: str = "transcripts/eval_results.jsonl") -> list[dict]:
+    path = artifact_path(name)
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def before_after_pairs(before: str = "base", after: str = "grpo") -> list[tuple[str, dict, dict]]:
+    """Games of the same scenario, seed and seller played by ``before`` and by ``after``."""
+    games = transcripts()
+    key = lambda t: (t["scenario"]["id"], t["seed"], t["seller"])  # noqa: E731
+    firsts = {key(t): t for t in games if t["buyer"] == before}
+    out = []
+    for t in games:
+        if t["buyer"] == after and key(t) in firsts:
+            label = f"{t['scenario']['title']} · seller {t['seller']} · seed {t['seed']}"
+            out.append((label, firsts[key(t)], t))
+    return out
+
+
+def transcript_messages(t: dict) -> list[dict]:
+    """A stored transcript as chat messages, private reasoning collapsible."""
+    out = []
+    for turn in t["turns"]:
+        role = "user" if turn["role"] == "buyer" else "assistant"
+        if turn.get("thought"):
+            out.append({"role": role, "content": turn["thought"],
+                        "metadata": {"title": f"{turn['role']}'s private reasoning"}})
+        action = f"`{turn['action']}`" if turn.get("action") else f"format error: {turn.get('error')}"
+        out.append({"role": role, "content": f"**{turn['role']}**: {turn['talk']}\n\n{action}"})
+    m = t["metrics"]
+    out.append({"role": "assistant", "content": f"*End: {m['end_reason']}"
+                + (f" at ${m['price']:,.2f}" if m.get("price") is not None else "")
+                + f"; buyer reward {m['reward']:+.3f}.*"})
+    return out

@@ -1,0 +1,301 @@
+"""Live bilateral games for the Space and its API: one game per session id.
+
+A game seats two players: any scripted buyer or seller by name, ``model`` (the trained
+checkpoint, see ``space.model``), or ``human`` (a person who moves through ``reply``). Agents
+move on their own until it is the person's turn or the game ends. Every game has its own
+environment, players and lock, so two sessions never see or change each other's state.
+
+What a person sees while playing is their own role's projection of the game (the
+environment's ``observe``): the opponent's public messages, never its private reasoning or
+private value. When the game ends, or when nobody human is seated (a spectator), the whole
+game is shown, both sides' reasoning included.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from env.bargain import DEFAULT_MAX_TURNS, BargainEnv
+from env.play import player_rngs
+from env.players import BUYERS, SELLERS, make_player
+from env.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REASONING_MODES, REJECT, SELL, Action, compose_reply, \
+    format_price, parse_reply
+from env.rules import BUYER, OTHER, SELLER, bargained_ratio
+from env.scenarios import Scenario, get_split, resolve_source
+
+HUMAN = "human"
+MODEL = "model"
+SOURCES = ("builtin", "amazon")
+HUMAN_ACTIONS = ("offer", "accept", "reject", "quit")
+MAX_TURNS_LIMIT = 20
+MAX_SEED = 2**63 - 1
+
+
+class GameError(ValueError):
+    """Bad input or an unknown session: the message says what to change."""
+
+
+def available_sources() -> list[str]:
+    return [s for s in SOURCES if s == "builtin" or resolve_source("auto") == "amazon"]
+
+
+def choices(role: str) -> list[str]:
+    """Who may sit in ``role``: scripted players, the trained model and a person."""
+    return [*(BUYERS if role == BUYER else SELLERS), MODEL, HUMAN]
+
+
+def test_scenarios(source: str) -> list[Scenario]:
+    if source not in available_sources():
+        raise GameError(f"unknown or unavailable scenario source {source!r}; choose from "
+                        f"{', '.join(available_sources())}")
+    return get_split(source, "test")
+
+
+def pick_scenario(source: str, product: int | None, seed: int) -> tuple[int, Scenario]:
+    """A held-out test product by index, or one drawn from the seed when ``product`` is None."""
+    scenarios = test_scenarios(source)
+    seed = check_seed(seed)
+    if product is None:
+        product = random.Random(seed).randrange(len(scenarios))
+    if isinstance(product, bool) or not isinstance(product, int) or not 0 <= product < len(scenarios):
+        raise GameError(f"product must be a whole number from 0 to {len(scenarios) - 1} (test products of "
+                        f"{source}), or empty for one drawn from the seed; got {product!r}")
+    return product, scenarios[product]
+
+
+def check_seed(seed) -> int:
+    if isinstance(seed, float) and seed.is_integer():
+        seed = int(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise GameError(f"seed must be a whole number from 0 to {MAX_SEED}; got {seed!r}")
+    return seed
+
+
+def _seat(role: str, name: str, mode: str, model_loader):
+    if name == HUMAN:
+        return None
+    if name == MODEL:
+        return model_loader(role, mode)
+    if name not in (BUYERS if role == BUYER else SELLERS):
+        raise GameError(f"unknown {role} {name!r}; choose from {', '.join(choices(role))}")
+    return make_player(role, name, mode)
+
+
+@dataclass
+class Game:
+    id: str
+    product: int
+    scenario: Scenario
+    seed: int
+    mode: str
+    names: dict
+    seats: dict  # role -> Player, or None for a person
+    env: BargainEnv
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    touched: float = field(default_factory=time.monotonic)
+
+    @property
+    def human(self) -> str | None:
+        return next((r for r in (BUYER, SELLER) if self.seats[r] is None), None)
+
+
+class GameStore:
+    """Live games by session id, bounded in number, forgotten after ``idle_s`` without a move."""
+
+    def __init__(self, model_loader=None, max_sessions: int = 1000, idle_s: float = 1800.0):
+        self.model_loader = model_loader or _no_model
+        self.max_sessions, self.idle_s = max_sessions, idle_s
+        self._games: dict[str, Game] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._games)
+
+    # ------------------------------------------------------------------ lifecycle
+    def new_game(self, source: str = "builtin", buyer: str = "expert", seller: str = "neutral",
+                 product: int | None = None, seed: int = 0, reasoning_mode: str = "option_a",
+                 max_turns: int = DEFAULT_MAX_TURNS) -> Game:
+        """A game with its seats filled and agents advanced to the first human move (not stored)."""
+        if reasoning_mode not in REASONING_MODES:
+            raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}; got {reasoning_mode!r}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or not 1 <= max_turns <= MAX_TURNS_LIMIT:
+            raise GameError(f"max_turns must be a whole number from 1 to {MAX_TURNS_LIMIT}; got {max_turns!r}")
+        if buyer == HUMAN and seller == HUMAN:
+            raise GameError("one side must be an agent: a person plays the buyer or the seller, not both")
+        product, scenario = pick_scenario(source, product, seed)
+        seats = {BUYER: _seat(BUYER, buyer, reasoning_mode, self.model_loader),
+                 SELLER: _seat(SELLER, seller, reasoning_mode, self.model_loader)}
+        env = BargainEnv(max_turns)
+        env.reset(scenario, seed)
+        for role, rng in zip((BUYER, SELLER), player_rngs(seed)):
+            if seats[role] is not None:
+                seats[role].reset(env.observe(role), rng)
+        game = Game(secrets.token_hex(16), product, scenario, seed, reasoning_mode,
+                    {BUYER: buyer, SELLER: seller}, seats, env)
+        _advance(game)
+        return game
+
+    def start(self, **kwargs) -> dict:
+        """Start a game in a new session; returns its state (with ``session_id``)."""
+        game = self.new_game(**kwargs)
+        with self._lock:
+            self._expire()
+            if len(self._games) >= self.max_sessions:
+                raise GameError(f"the Space is at its limit of {self.max_sessions} live games; "
+                                f"try again in a few minutes")
+            self._games[game.id] = game
+        return view(game)
+
+    def get(self, session_id: str) -> Game:
+        with self._lock:
+            game = self._games.get(session_id) if isinstance(session_id, str) else None
+        if game is None:
+            raise GameError(f"unknown session id {str(session_id)[:64]!r}: it never existed or expired after "
+                            f"{self.idle_s / 60:.0f} idle minutes; start a new game")
+        game.touched = time.monotonic()
+        return game
+
+    def state(self, session_id: str) -> dict:
+        game = self.get(session_id)
+        with game.lock:
+            return view(game)
+
+    def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
+        """The person's move, then the agents' until it is the person's turn again or the game ends."""
+        game = self.get(session_id)
+        with game.lock:
+            role = game.human
+            if role is None:
+                raise GameError("no person plays in this game: it is played by agents alone")
+            if game.env.done:
+                raise GameError("this game is over; start a new one")
+            game.env.step(human_reply(role, game.env.observe(role).their_offer, action, price, talk, game.mode))
+            _advance(game)
+            return view(game)
+
+    def end(self, session_id: str) -> None:
+        with self._lock:
+            self._games.pop(session_id, None)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, g in self._games.items() if now - g.touched > self.idle_s]:
+            del self._games[sid]
+
+
+def _no_model(role: str, mode: str):
+    raise GameError("no trained model is configured in this process")
+
+
+def _advance(game: Game) -> None:
+    env = game.env
+    while not env.done and game.seats[env.to_move] is not None:
+        env.step(game.seats[env.to_move].act(env.observe(env.to_move)))
+
+
+def human_reply(role: str, their_offer: float | None, action: str, price, talk: str, mode: str) -> str:
+    """A person's move written in the protocol, checked before it reaches the environment.
+
+    Unreadable input is refused with a reason (the person may try again); a readable move that
+    breaks the rules (an offer over the budget, below the cost) is played and scored like any
+    agent's."""
+    if action not in HUMAN_ACTIONS:
+        raise GameError(f"action must be one of {', '.join(HUMAN_ACTIONS)}; got {str(action)[:40]!r}")
+    talk = "" if talk is None else talk
+    if not isinstance(talk, str):
+        raise GameError("talk must be text")
+    if len(talk) > MAX_TALK_CHARS:
+        raise GameError(f"message too long: {len(talk):,} characters, at most {MAX_TALK_CHARS:,}")
+    talk = " ".join(talk.split())
+    if action == "offer":
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price < 1e9 or price != price:
+            raise GameError(f"an offer needs a positive price in dollars; got {price!r}")
+        move = Action(BUY if role == BUYER else SELL, round(float(price), 2))
+    elif action == "accept":
+        if their_offer is None:
+            raise GameError(f"there is no {OTHER[role]} offer to accept yet")
+        move = Action(DEAL, their_offer)
+    else:
+        move = Action(REJECT if action == "reject" else QUIT)
+    text = compose_reply("", talk or "", move, mode)
+    parsed = parse_reply(text)
+    if not parsed.ok:
+        raise GameError(f"your message could not be read ({parsed.error}: {parsed.detail}); "
+                        "leave the action and the price to the controls, not the message")
+    return text
+
+
+# ---------------------------------------------------------------------- views
+def view(game: Game) -> dict:
+    """The game as its viewer may see it, JSON-ready (see the module docstring)."""
+    env, s, human = game.env, game.scenario, game.human
+    full = human is None or env.done
+    state = {
+        "session_id": game.id, "product": game.product, "seed": game.seed, "reasoning_mode": game.mode,
+        "buyer": game.names[BUYER], "seller": game.names[SELLER], "you": human,
+        "title": s.title, "category": s.category, "description": s.description, "list_price": s.list_price,
+        "turn": min(env.turn, env.max_turns), "max_turns": env.max_turns, "done": env.done,
+        "to_move": None if env.done else env.to_move,
+    }
+    if full:
+        state.update(budget=s.budget, cost=s.cost, interest=s.interest, messages=full_messages(env),
+                     transcript=env.transcript())
+    else:
+        obs = env.observe(human)
+        state.update({"budget" if human == BUYER else "cost": obs.private_value, "your_offer": obs.my_offer,
+                      "their_offer": obs.their_offer, "messages": role_messages(env, human)})
+    if env.done:
+        m = env.metrics()
+        state["outcome"] = {**m.to_dict(), "explanation": explain(s, m)}
+    return state
+
+
+def _chat_role(role: str) -> str:
+    return "user" if role == BUYER else "assistant"
+
+
+def full_messages(env: BargainEnv) -> list[dict]:
+    """Every reply, private reasoning in a collapsible message the other side never saw."""
+    out = []
+    for turn in env.log:
+        role = turn["role"]
+        if turn["thought"]:
+            out.append({"role": _chat_role(role), "content": turn["thought"],
+                        "metadata": {"title": f"{role}'s private reasoning (never shown to the {OTHER[role]})"}})
+        if turn["action"] is not None:
+            action = f"`{turn['action'].render()}`"
+        else:
+            action = f"format error: {turn['error']} (ends the game for the buyer; a seller's counts as [REJECT])"
+        note = f" — invalid: {turn['error']}" if turn["action"] is not None and turn["error"] else ""
+        out.append({"role": _chat_role(role), "content": f"**{role}**: {turn['talk']}\n\n{action}{note}"})
+    return out
+
+
+def role_messages(env: BargainEnv, role: str) -> list[dict]:
+    """What ``role`` has seen: its own public replies and the opponent's messages as delivered."""
+    out = []
+    for msg in env.observe(role).history:
+        note = f"\n\n*({msg.note})*" if msg.note else ""
+        out.append({"role": _chat_role(msg.role), "content": f"**{msg.role}**: {msg.talk}\n\n`{msg.action.render()}`"
+                    + note})
+    return out
+
+
+def explain(s: Scenario, m) -> str:
+    """The buyer's reward for this ending, with the formula filled in."""
+    head = (f"Buyer budget {format_price(s.budget)}, seller cost {format_price(s.cost)} "
+            f"({s.interest} interest). ")
+    if m.end_reason == "deal":
+        gap = max(abs(s.budget - s.cost), 1.0)
+        raw = bargained_ratio(s.budget, s.cost, m.price)
+        return (head + f"Deal at {format_price(m.price)}. Buyer reward = clip((budget − price) / |budget − cost|, −1, 1)"
+                f" = clip(({s.budget:.2f} − {m.price:.2f}) / {gap:.2f}) = clip({raw:+.3f}) = **{m.reward:+.3f}**.")
+    why = {"turn_limit": "no deal before the turn limit", "buyer_quit": "the buyer walked away",
+           "seller_quit": "the seller walked away", "buyer_format_error": "the buyer's reply could not be read",
+           "buyer_invalid_move": "the buyer made an illegal move", "buyer_over_budget": "the buyer went over budget"}
+    return head + f"No deal: {why.get(m.end_reason, m.end_reason)}. Buyer reward **{m.reward:+.3f}** " \
+        "(0 without a deal; −1 for an unreadable reply, an illegal move or going over budget)."

@@ -1,0 +1,70 @@
+"""The trained model as a player in the Space: loaded once, on first use, shared by all games.
+
+``HAGGLE_MODEL`` names a larger model (a local folder or a Hub id, e.g. a GPU Space's
+checkpoint); without it the shipped tiny checkpoint plays, offline on CPU. Generation is
+serialized by one lock (the model and its caches are shared), and runs under ``@spaces.GPU``
+so a ZeroGPU Space gives it a GPU; elsewhere that decorator does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import spaces
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "artifacts" / "checkpoints" / "grpo-tiny"
+ENV_VAR = "HAGGLE_MODEL"
+
+_lock = threading.Lock()
+_loaded: dict = {}
+
+
+def model_path() -> str:
+    return os.environ.get(ENV_VAR) or str(SHIPPED)
+
+
+def model_label() -> str:
+    path = model_path()
+    return Path(path).name if Path(path).exists() else path
+
+
+def _backend():
+    if "backend" not in _loaded:
+        from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
+        from training.models import load_model  # noqa: PLC0415
+
+        model, tokenizer = load_model(model_path())
+        # The evaluation's sampling settings, so the Space plays the model that was evaluated.
+        _loaded["backend"] = TransformersBackend(model, tokenizer, SamplingConfig())
+    return _loaded["backend"]
+
+
+@spaces.GPU
+def _generate(player, obs) -> str:
+    return player.act(obs)
+
+
+class ModelSeat:
+    """A ``Player`` for one seat of one game, backed by the shared model."""
+
+    def __init__(self, role: str, reasoning_mode: str):
+        from training.rollout import LLMAgent, LLMPlayer  # noqa: PLC0415
+
+        with _lock:
+            agent = LLMAgent(_backend(), reasoning_mode, name=model_label())
+        self.player = LLMPlayer(agent, role)
+        self.role, self.name = role, agent.name
+
+    def reset(self, obs, rng=None) -> None:
+        self.player.reset(obs, rng)
+
+    def act(self, obs) -> str:
+        with _lock:
+            return _generate(self.player, obs)
+
+
+def load_seat(role: str, reasoning_mode: str) -> ModelSeat:
+    return ModelSeat(role, reasoning_mode)

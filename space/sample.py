@@ -1,0 +1,27 @@
+"""One SFT training sample exactly as the trainer saw it, rebuilt with the trainer's own code."""
+
+from __future__ import annotations
+
+from env.players import SELLERS
+from env.scenarios import get_split
+from space.model import SHIPPED
+
+
+def sft_sample(mode: str = "option_a", model: str | None = None) -> list[tuple[str, str | None]]:
+    """Game 0 of ``training/sft.py`` (train product 0, seed 0, the first seller) as
+    ``(text, label)`` spans: label ``trained`` where ``completion_mask`` is 1, else None."""
+    from training.backends import TransformersBackend  # noqa: PLC0415
+    from training.models import load_model  # noqa: PLC0415
+    from training.rollout import LLMAgent  # noqa: PLC0415
+    from training.sft import expert_dataset  # noqa: PLC0415
+
+    net, tok = load_model(model or str(SHIPPED), device="cpu", dtype="float32")
+    dataset, _ = expert_dataset([LLMAgent(TransformersBackend(net, tok), mode)], get_split("builtin", "train"), 1,
+                                [next(iter(SELLERS))], 6)
+    ids, mask = dataset[0]["input_ids"], dataset[0]["completion_mask"]
+    spans, start = [], 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or mask[i] != mask[start]:
+            spans.append((tok.decode(ids[start:i]), "trained" if mask[start] else None))
+            start = i
+    return spans
