@@ -162,6 +162,11 @@ def scenario_stats() -> list[list]:
     return rows
 
 
+def product_choices(source: str) -> list[tuple[str, int]]:
+    return [("drawn from the seed", -1)] + [(f"#{i} {s.title} ({s.category}, ${s.list_price:,.2f})", i)
+                                            for i, s in enumerate(get_split(source, "test"))]
+
+
 def players_table() -> list[list]:
     rows = [["buyer", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in BUYERS.items()]
     rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in SELLERS.items()]
@@ -314,8 +319,8 @@ def build() -> gr.Blocks:
                     seller = gr.Dropdown(choices(SELLER), value="neutral", label="Seller")
                     mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
                     source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
-                    product = gr.Number(None, precision=0, label="Test product # (empty: from the seed)")
-                    seed = gr.Number(0, precision=0, label="Seed (empty: random)")
+                    product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
+                    seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)")
                 start = gr.Button("Start game", variant="primary", elem_id="start-game")
                 card = gr.Markdown(elem_id="game-card")
                 chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,
@@ -329,6 +334,8 @@ def build() -> gr.Blocks:
                                       elem_id="human-talk")
                     send = gr.Button("Send", variant="primary", elem_id="human-send")
                 outcome = gr.Markdown(elem_id="game-outcome")
+                source.change(lambda src: gr.update(choices=product_choices(src), value=-1), source, product,
+                              api_visibility="private")
                 start.click(ui_start, [source, buyer, seller, mode, product, seed, session],
                             [session, chat, card, outcome, controls], api_visibility="private")
                 send.click(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],

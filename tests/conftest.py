@@ -50,3 +50,22 @@ def tiny_dir(tmp_path_factory):
 def tiny(tiny_dir):
     from training.models import load_model
     return load_model(str(tiny_dir), device="cpu")
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def space_url():
+    """The Space, served in-process on a free loopback port for the whole test session."""
+    import app
+    demo = app.build()
+    demo.queue(default_concurrency_limit=None)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()

@@ -1,0 +1,137 @@
+"""The Space served on a local port and driven through ``gradio_client``, the way API users call it."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from gradio_client import Client
+
+from space.games import GameStore
+
+ENDPOINTS = {"/list_scenarios", "/start_game", "/send_reply", "/game_state", "/play_episode", "/evaluate_policy",
+             "/read_artifact", "/list_artifacts"}
+
+
+@pytest.fixture(scope="module")
+def url(space_url):
+    return space_url
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return Client(url, verbose=False)
+
+
+def person(state: dict, k: int) -> tuple[str, float | None, str]:
+    """A deterministic person: rising offers as buyer, falling asks as seller, accepting a good one."""
+    if state["you"] == "buyer":
+        if state.get("their_offer") and state["their_offer"] <= state["budget"] * 0.8:
+            return "accept", None, "deal"
+        return "offer", round(state["budget"] * (0.5 + 0.07 * k), 2), f"my offer #{k}"
+    return "offer", round(state["cost"] * (1.8 - 0.12 * k), 2), f"my ask #{k}"
+
+
+def play_remote(client: Client, buyer: str, seller: str, product: int, seed: int) -> dict:
+    state = client.predict(buyer=buyer, seller=seller, product=product, seed=seed, api_name="/start_game")
+    k = 0
+    while not state["done"]:
+        action, price, talk = person(state, k)
+        state = client.predict(session_id=state["session_id"], action=action, price=price or 0.0, talk=talk,
+                               api_name="/send_reply")
+        k += 1
+    return state
+
+
+def play_local(buyer: str, seller: str, product: int, seed: int) -> dict:
+    store = GameStore()
+    state = store.start(buyer=buyer, seller=seller, product=product, seed=seed)
+    k = 0
+    while not state["done"]:
+        action, price, talk = person(state, k)
+        state = store.reply(state["session_id"], action, price, talk)
+        k += 1
+    return state
+
+
+def test_every_endpoint_is_named_and_documented(client):
+    info = client.view_api(print_info=False, return_format="dict")
+    assert ENDPOINTS <= set(info["named_endpoints"])
+
+
+def test_a_full_game_as_buyer_and_as_seller(client):
+    for buyer, seller in (("human", "boulware"), ("expert", "human")):
+        state = play_remote(client, buyer, seller, 3, 21)
+        assert state["done"] and -1 <= state["outcome"]["reward"] <= 1
+        assert state["transcript"] == play_local(buyer, seller, 3, 21)["transcript"]
+        assert client.predict(session_id=state["session_id"], api_name="/game_state")["done"]
+
+
+def test_agent_endpoints(client):
+    scenarios = client.predict(source="builtin", split="test", api_name="/list_scenarios")
+    assert scenarios and {"index", "title", "list_price"} <= set(scenarios[0]) and "cost" not in scenarios[0]
+    game = client.predict(buyer="expert", seller="insulting", product=1, seed=2, api_name="/play_episode")
+    assert game["done"] and game["transcript"]["turns"] and "explanation" in game["outcome"]
+    row = client.predict(buyer="expert", seller="mix", episodes=70, seed=1_000_000, api_name="/evaluate_policy")
+    assert row["episodes"] == 70 and row["reward_ci95"][0] <= row["reward_mean"] <= row["reward_ci95"][1]
+    assert client.predict(name="eval_results.json", api_name="/read_artifact")["provenance"]["command"]
+    names = [r["file"] for r in client.predict(api_name="/list_artifacts")]
+    assert "eval_results.json" in names and any(n.startswith("checkpoints/") for n in names)
+
+
+def test_the_trained_model_plays_through_the_api(client):
+    game = client.predict(buyer="model", seller="neutral", product=0, seed=3, api_name="/play_episode")
+    assert game["done"] and game["buyer"] == "model"
+    assert all(t["role"] in ("buyer", "seller") for t in game["transcript"]["turns"])
+
+
+@pytest.mark.parametrize("endpoint, kwargs, match", [
+    ("/start_game", {"buyer": "human", "seller": "nobody"}, "unknown seller"),
+    ("/start_game", {"seed": -5}, "seed must be"),
+    ("/send_reply", {"session_id": "not-a-session", "action": "offer", "price": 5.0}, "unknown session"),
+    ("/game_state", {"session_id": "x" * 5000}, "unknown session"),
+    ("/evaluate_policy", {"buyer": "expert", "episodes": 10**9}, "episodes must be"),
+    ("/read_artifact", {"name": "../README.md"}, "not inside artifacts"),
+    ("/list_scenarios", {"source": "nowhere"}, "unknown or unavailable"),
+])
+def test_bad_input_is_a_clear_error_and_the_app_keeps_serving(client, endpoint, kwargs, match):
+    with pytest.raises(Exception, match=match):
+        client.predict(**kwargs, api_name=endpoint)
+    assert client.predict(api_name="/list_artifacts")
+
+
+def test_a_megabyte_reply_is_refused_and_the_game_goes_on(client):
+    state = client.predict(buyer="human", seller="neutral", product=0, seed=1, api_name="/start_game")
+    with pytest.raises(Exception, match="too long"):
+        client.predict(session_id=state["session_id"], action="offer", price=10.0, talk="x" * 1_000_000,
+                       api_name="/send_reply")
+    after = client.predict(session_id=state["session_id"], api_name="/game_state")
+    assert after == state
+
+
+def test_two_interleaved_sessions_do_not_interfere(url):
+    a, b = Client(url, verbose=False), Client(url, verbose=False)
+    sa = a.predict(buyer="human", seller="conceder", product=4, seed=8, api_name="/start_game")
+    sb = b.predict(buyer="human", seller="conceder", product=4, seed=8, api_name="/start_game")
+    assert sa["session_id"] != sb["session_id"] and sa["messages"] == sb["messages"]
+    sa = a.predict(session_id=sa["session_id"], action="offer", price=1.0, talk="a", api_name="/send_reply")
+    sb_now = b.predict(session_id=sb["session_id"], api_name="/game_state")
+    assert sb_now == sb, "a move in one session changed the other"
+    sb = b.predict(session_id=sb["session_id"], action="quit", talk="b", api_name="/send_reply")
+    assert sb["done"] and not a.predict(session_id=sa["session_id"], api_name="/game_state")["done"]
+
+
+def test_load_50_concurrent_sessions(url):
+    """50 API clients play whole games at once on loopback: no errors, and every transcript equals
+    the same game played alone in-process."""
+    sellers = ["neutral", "boulware", "conceder", "tit_for_tat", "begging", "insulting", "unyielding"]
+    jobs = [("human", sellers[i % 7], i % 40, 100 + i) for i in range(50)]
+
+    def one(job):
+        return play_remote(Client(url, verbose=False), *job)
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(one, jobs))
+    assert len({r["session_id"] for r in results}) == 50
+    for job, state in zip(jobs, results):
+        assert state["transcript"] == play_local(*job)["transcript"], f"session {job} was disturbed"

@@ -1,0 +1,234 @@
+"""The Space's building blocks without a server: live games, what a person may see, figures."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from env.play import play_episode
+from env.players import make_player
+from env.protocol import MAX_TALK_CHARS, parse_reply
+from env.rules import BUYER, SELLER
+from space import figures as F
+from space.games import HUMAN, GameError, GameStore, human_reply, pick_scenario
+
+
+def offers_until_done(store: GameStore, state: dict, fractions=(0.6, 0.7, 0.8, 0.85, 0.9, 0.95)) -> dict:
+    """A person who offers a rising share of their budget (buyer) or asks falling multiples of
+    their cost (seller) until the game ends."""
+    sid, k = state["session_id"], 0
+    while not state["done"]:
+        if state["you"] == BUYER:
+            price = round(state["budget"] * fractions[min(k, len(fractions) - 1)], 2)
+        else:
+            price = round(state["cost"] * (1.6 - 0.1 * k), 2)
+        state = store.reply(sid, "offer", price, f"offer number {k}")
+        k += 1
+    return state
+
+
+def test_person_as_buyer_sees_only_their_side_until_the_end():
+    store = GameStore()
+    state = store.start(buyer=HUMAN, seller="begging", seed=11)
+    game = store.get(state["session_id"])
+    cost = f"{game.scenario.cost:,.2f}"
+    while not state["done"]:
+        dump = json.dumps(state)
+        assert "cost" not in state and "interest" not in state
+        assert cost not in dump, "the seller's cost reached the buyer's screen"
+        for turn in game.env.log:
+            if turn["role"] == SELLER and turn["thought"]:
+                assert turn["thought"] not in dump, "the seller's private reasoning reached the buyer"
+        assert not any(m.get("metadata") for m in state["messages"])
+        state = store.reply(state["session_id"], "offer", round(state["budget"] * 0.75, 2), "hello")
+    assert state["cost"] == game.scenario.cost and "explanation" in state["outcome"]
+    assert any(m.get("metadata") for m in state["messages"]), "the whole game, reasoning included, is shown at the end"
+
+
+def test_person_as_seller_never_sees_the_budget_while_playing():
+    store = GameStore()
+    state = store.start(buyer="expert", seller=HUMAN, seed=3, product=5)
+    budget = f"{store.get(state['session_id']).scenario.budget:,.2f}"
+    assert state["to_move"] == SELLER and state["messages"], "the agent buyer opens before the person answers"
+    while not state["done"]:
+        assert "budget" not in state and budget not in json.dumps(state)
+        state = store.reply(state["session_id"], "offer", round(state["cost"] * 1.3, 2), "")
+    assert state["outcome"]["reward"] == state["transcript"]["metrics"]["reward"]
+
+
+def test_person_game_equals_a_scripted_game_with_the_same_moves():
+    """The person's moves go through the same environment as any agent's: replaying them gives
+    the same transcript, and the reward is in [-1, 1] with no deal below cost."""
+    store = GameStore()
+    state = offers_until_done(store, store.start(buyer=HUMAN, seller="neutral", seed=5, product=2))
+    t = state["transcript"]
+    seller_cost = t["scenario"]["cost"]
+    assert -1.0 <= state["outcome"]["reward"] <= 1.0
+    if state["outcome"]["deal"]:
+        assert state["outcome"]["price"] >= seller_cost
+    again = offers_until_done(store, store.start(buyer=HUMAN, seller="neutral", seed=5, product=2))
+    assert again["transcript"] == t
+
+
+def test_sessions_are_isolated_when_interleaved():
+    store = GameStore()
+    a = store.start(buyer=HUMAN, seller="conceder", seed=1, product=0)
+    b = store.start(buyer=HUMAN, seller="boulware", seed=2, product=1)
+    assert a["session_id"] != b["session_id"]
+    for k in range(3):  # interleave moves of the two games
+        a = store.reply(a["session_id"], "offer", round(a["budget"] * (0.5 + 0.05 * k), 2), "a") if not a["done"] else a
+        b = store.reply(b["session_id"], "offer", round(b["budget"] * (0.55 + 0.05 * k), 2), "b") if not b["done"] else b
+    alone = GameStore()
+    a2 = alone.start(buyer=HUMAN, seller="conceder", seed=1, product=0)
+    for k in range(3):
+        a2 = alone.reply(a2["session_id"], "offer", round(a2["budget"] * (0.5 + 0.05 * k), 2), "a") if not a2["done"] \
+            else a2
+    assert a2["messages"] == a["messages"]
+
+
+def test_agents_only_game_matches_play_episode():
+    store = GameStore()
+    game = store.new_game(buyer="expert", seller="tit_for_tat", product=4, seed=9, reasoning_mode="option_b")
+    _, scenario = pick_scenario("builtin", 4, 9)
+    env = play_episode(scenario, make_player("buyer", "expert", "option_b"),
+                       make_player("seller", "tit_for_tat", "option_b"), 9)
+    assert game.env.transcript() == env.transcript()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"seller": "nobody"}, "unknown seller"),  # unknown persona
+    ({"buyer": "wizard"}, "unknown buyer"),
+    ({"seed": -1}, "seed must be"),  # negative seed
+    ({"seed": 1.5}, "seed must be"),
+    ({"product": 10**6}, "product must be"),
+    ({"product": True}, "product must be"),
+    ({"source": "nowhere"}, "unknown or unavailable"),
+    ({"reasoning_mode": "option_c"}, "reasoning_mode"),
+    ({"buyer": HUMAN, "seller": HUMAN}, "one side must be an agent"),
+    ({"max_turns": 0}, "max_turns"),
+    ({"buyer": "model"}, "no trained model"),  # a store without a model loader says so
+])
+def test_bad_game_settings_are_clear_errors(kwargs, match):
+    with pytest.raises(GameError, match=match):
+        GameStore().start(**kwargs)
+
+
+def test_bad_moves_are_refused_and_leave_the_game_unchanged():
+    store = GameStore()
+    state = store.start(buyer=HUMAN, seller="neutral", seed=4)
+    sid = state["session_id"]
+    for args, match in [(("offer", None, ""), "positive price"), (("offer", -3.0, ""), "positive price"),
+                        (("offer", float("nan"), ""), "positive price"), (("haggle", 3.0, ""), "action must be"),
+                        (("accept", None, ""), "no seller offer"),
+                        (("offer", 10.0, "x" * 1_000_000), "too long"),
+                        (("offer", 10.0, "I say [BUY] $1"), "could not be read")]:
+        with pytest.raises(GameError, match=match):
+            store.reply(sid, *args)
+    assert store.state(sid) == state
+    with pytest.raises(GameError, match="unknown session"):
+        store.reply("no-such-session", "offer", 5.0, "")
+    with pytest.raises(GameError, match="unknown session"):
+        store.state(None)
+
+
+def test_agent_games_take_no_moves_and_finished_games_refuse_more():
+    store = GameStore()
+    watch = store.start(buyer="expert", seller="neutral", seed=1)
+    assert watch["done"] and "cost" in watch and "budget" in watch
+    with pytest.raises(GameError, match="no person plays"):
+        store.reply(watch["session_id"], "offer", 5.0, "")
+    played = store.start(buyer=HUMAN, seller="neutral", seed=1)
+    end = store.reply(played["session_id"], "quit", None, "bye")
+    assert end["done"] and end["outcome"]["end_reason"] == "buyer_quit" and end["outcome"]["reward"] == 0.0
+    with pytest.raises(GameError, match="over"):
+        store.reply(played["session_id"], "offer", 5.0, "")
+
+
+def test_session_cap_and_idle_expiry():
+    store = GameStore(max_sessions=2)
+    first = store.start(seed=1)
+    store.start(seed=2)
+    with pytest.raises(GameError, match="limit of 2"):
+        store.start(seed=3)
+    store.end(first["session_id"])
+    store.start(seed=3)
+    quick = GameStore(idle_s=0.0)
+    old = quick.start(seed=1)
+    quick.start(seed=2)  # expires the idle one
+    with pytest.raises(GameError, match="unknown session"):
+        quick.state(old["session_id"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(role=st.sampled_from([BUYER, SELLER]), action=st.sampled_from(["offer", "accept", "reject", "quit"]),
+       price=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**10)),
+       their=st.one_of(st.none(), st.floats(0.01, 1e6)), talk=st.text(max_size=300),
+       mode=st.sampled_from(["option_a", "option_b"]))
+def test_fuzz_person_replies_are_refused_or_read_as_meant(role, action, price, their, talk, mode):
+    """Whatever a person types: a clear refusal, or a protocol reply the environment reads as the
+    chosen action (the talk can never smuggle in a second action)."""
+    try:
+        text = human_reply(role, their, action, price, talk, mode)
+    except GameError:
+        return
+    parsed = parse_reply(text)
+    assert parsed.ok
+    kind = {"offer": "BUY" if role == BUYER else "SELL", "accept": "DEAL", "reject": "REJECT", "quit": "QUIT"}
+    assert parsed.action.kind == kind[action]
+    if action == "accept":
+        assert abs(parsed.action.price - their) <= 0.01  # the environment accepts a DEAL within a cent
+    assert len(parsed.talk) <= MAX_TALK_CHARS
+
+
+# ---------------------------------------------------------------------- figures
+def test_figures_show_the_artifact_numbers():
+    rows = F.eval_rows("eval_results.json", "mix")
+    assert rows, "the shipped evaluation has seller-mix rows"
+    fig = F.reward_bars("eval_results.json", "mix")
+    bars = fig.data[0]
+    shown = dict(zip(bars.y, bars.x))
+    assert shown == {r["buyer"]: r["reward_mean"] for r in rows}
+    heat = F.heatmap("eval_results.json")
+    cells = {(b, s): v for b, row in zip(heat.data[0].y, heat.data[0].z) for s, v in zip(heat.data[0].x, row)}
+    any_row = F.eval_rows("eval_results.json")[0]
+    assert cells[(any_row["buyer"], any_row["seller"])] == any_row["reward_mean"]
+    grpo = F.read_artifact("grpo_training_curve.json")["points"]
+    curve = next(t for t in F.rl_rewards().data if t.name == "grpo mean")
+    assert list(curve.y) == [p["reward_mean"] for p in grpo]
+    for make in (F.sft_loss, F.rl_phases, F.dashboard, lambda: F.interest_bars("eval_results.json")):
+        assert isinstance(make(), go.Figure) and make().data
+    assert "grpo" in F.headline() and "expert" in F.headline()
+
+
+def test_missing_artifacts_say_which_command_writes_them():
+    fig = F.reward_bars("eval_nothing.json")
+    assert not fig.data and "no rows" in fig.layout.annotations[0].text
+    assert "not produced" in F.provenance_line(None, "x.json")
+
+
+@pytest.mark.parametrize("name", ["../README.md", "/etc/passwd", "", "checkpoints/../../app.py", "a\x00b"])
+def test_artifact_paths_stay_inside_artifacts(name):
+    with pytest.raises(ValueError):
+        F.artifact_path(name)
+
+
+def test_before_after_pairs_are_the_same_game():
+    pairs = F.before_after_pairs("base", "grpo")
+    assert pairs
+    for _label, before, after in pairs:
+        assert (before["buyer"], after["buyer"]) == ("base", "grpo")
+        assert before["scenario"] == after["scenario"] and before["seed"] == after["seed"]
+        assert before["seller"] == after["seller"]
+
+
+def test_every_artifact_is_listed_with_provenance():
+    listed = {r["file"]: r for r in F.list_artifacts()}
+    on_disk = {p.relative_to(F.ARTIFACTS).as_posix() for p in F.ARTIFACTS.rglob("*") if p.is_file()}
+    assert set(listed) == on_disk
+    for name, row in listed.items():
+        if name.endswith(".json") and not name.startswith("checkpoints/"):
+            assert row["command"] and row["commit"], f"{name} lacks provenance"
