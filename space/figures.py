@@ -71,7 +71,9 @@ def provenance_line(data: dict | None, name: str) -> str:
         return f"`{name}`: not produced yet."
     p = data["provenance"]
     wall = f", {p['wall_time_s']:.0f} s" if isinstance(p.get("wall_time_s"), (int, float)) else ""
-    return (f"From `artifacts/{name}`: `{p.get('command', '?')}` at commit `{str(p.get('commit', '?'))[:12]}`, "
+    commit = str(p.get("commit", "?"))
+    commit = commit[:12] + (" (with uncommitted changes)" if commit.endswith("-dirty") else "")
+    return (f"From `artifacts/{name}`: `{p.get('command', '?')}` at commit `{commit}`, "
             f"{p.get('date', '?')}, {p.get('machine', '?')}{wall}.")
 
 

@@ -82,11 +82,17 @@ def test_a_person_plays_a_whole_game_by_clicking_and_typing(page):
         if "reward" in outcome.inner_text():
             break
         before = page.locator("#game-chat .message").count()
-        page.locator("#human-price input").fill(f"{budget * (0.6 + 0.06 * k):.2f}")
+        price = page.locator("#human-price input")
+        price.fill(f"{budget * (0.6 + 0.06 * k):.2f}")
+        price.press("Tab")  # commit the value before the click reads it
         page.locator("#human-talk textarea").fill(f"Would you take this? (offer {k + 1})")
+        page.locator("#human-talk textarea").press("Tab")
         page.locator("#human-send").click()
         page.wait_for_function(f"""() => document.querySelectorAll('#game-chat .message').length > {before}
-            || document.querySelector('#game-outcome').innerText.includes('reward')""", timeout=30_000)
+            || document.querySelector('#game-outcome').innerText.includes('reward')
+            || document.querySelector('.toast-body')""", timeout=30_000)
+        toast = page.locator(".toast-body")
+        assert toast.count() == 0, f"the app refused the move: {toast.first.inner_text()}"
     assert "reward" in outcome.inner_text(), "the game did not end within 10 moves"
     text = page.locator("#game-chat").inner_text()
     assert "Would you take this? (offer 1)" in text and "seller" in text
