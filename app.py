@@ -9,8 +9,10 @@ below the UI are also named API endpoints (``gradio_client``, and MCP with ``gra
 """
 
 import functools
+import inspect
 import os
 import random
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -22,23 +24,35 @@ from env.protocol import REASONING_MODES
 from env.rules import BUYER, SELLER
 from env.scenarios import get_split, load_scenarios
 from space import figures as F
-from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, available_sources, check_seed, choices
+from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, advance_steps, available_sources, \
+    check_seed, choices, view
 from space.model import ENV_VAR, load_seat, model_label
 
 ROOT = Path(__file__).resolve().parent
 GAMES = GameStore(model_loader=load_seat)
 MAX_EVAL_EPISODES = {"scripted": 5000, MODEL: 20}
 SELLER_MIX = "mix"
+PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
 
 
 def _clear_errors(fn):
     """Bad input becomes a ``gr.Error`` with the reason; the app keeps serving."""
 
+    errors = (GameError, ValueError, TypeError, KeyError)
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except errors as exc:
+                raise gr.Error(str(exc)) from None
+        return stream
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (GameError, ValueError, TypeError, KeyError) as exc:
+        except errors as exc:
             raise gr.Error(str(exc)) from None
 
     return wrapper
@@ -97,7 +111,6 @@ def play_episode(buyer: str = "expert", seller: str = "neutral", source: str = "
     transcript, both sides' private reasoning, the outcome and the reward explained."""
     if HUMAN in (buyer, seller):
         raise GameError("play_episode is agents only; use start_game and send_reply to play yourself")
-    from space.games import view  # noqa: PLC0415
     return view(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=_product(product), seed=seed,
                                reasoning_mode=reasoning_mode))
 
@@ -198,21 +211,31 @@ def _game_outputs(state: dict):
 
 @_clear_errors
 def ui_start(source, buyer, seller, mode, product, seed, old_session):
+    """Start a game and show it reply by reply (agents' replies paced so a person can follow)."""
     if old_session:
         GAMES.end(old_session)
     seed = random.randrange(10**6) if seed is None else seed
-    state = GAMES.start(source=source, buyer=buyer, seller=seller, product=_product(product),
-                        seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
-                        reasoning_mode=mode)
-    return (state["session_id"], *_game_outputs(state))
+    game = GAMES.add(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=_product(product),
+                                    seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
+                                    reasoning_mode=mode, advance=False))
+    with game.lock:
+        yield (game.id, *_game_outputs(view(game)))
+        for _ in advance_steps(game):
+            time.sleep(PACE_S)
+            *outs, controls = _game_outputs(view(game))
+            yield (game.id, *outs, controls if game.env.done or game.human == game.env.to_move else gr.skip())
 
 
 @_clear_errors
 def ui_send(session, action, price, talk):
     if not session:
         raise GameError("start a game first")
-    state = GAMES.reply(session, action, price if action == "offer" else None, talk)
-    return (*_game_outputs(state), "")
+    for k, state in enumerate(GAMES.reply_steps(session, action, price if action == "offer" else None, talk)):
+        if k:
+            time.sleep(PACE_S)
+        *outs, controls = _game_outputs(state)
+        # the controls change only when the person may move again or the game is over
+        yield (*outs, controls if state["done"] or state["to_move"] == state["you"] else gr.skip(), "")
 
 
 def _pairs(after: str) -> list:
@@ -320,7 +343,7 @@ def build() -> gr.Blocks:
                     mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
                     source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
                     product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
-                    seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)")
+                    seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed")
                 start = gr.Button("Start game", variant="primary", elem_id="start-game")
                 card = gr.Markdown(elem_id="game-card")
                 chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,

@@ -118,8 +118,9 @@ class GameStore:
     # ------------------------------------------------------------------ lifecycle
     def new_game(self, source: str = "builtin", buyer: str = "expert", seller: str = "neutral",
                  product: int | None = None, seed: int = 0, reasoning_mode: str = "option_a",
-                 max_turns: int = DEFAULT_MAX_TURNS) -> Game:
-        """A game with its seats filled and agents advanced to the first human move (not stored)."""
+                 max_turns: int = DEFAULT_MAX_TURNS, advance: bool = True) -> Game:
+        """A game with its seats filled and (unless ``advance`` is False) agents advanced to the
+        first human move; not stored."""
         if reasoning_mode not in REASONING_MODES:
             raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}; got {reasoning_mode!r}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or not 1 <= max_turns <= MAX_TURNS_LIMIT:
@@ -136,19 +137,23 @@ class GameStore:
                 seats[role].reset(env.observe(role), rng)
         game = Game(secrets.token_hex(16), product, scenario, seed, reasoning_mode,
                     {BUYER: buyer, SELLER: seller}, seats, env)
-        _advance(game)
+        if advance:
+            _advance(game)
         return game
 
     def start(self, **kwargs) -> dict:
         """Start a game in a new session; returns its state (with ``session_id``)."""
-        game = self.new_game(**kwargs)
+        return view(self.add(self.new_game(**kwargs)))
+
+    def add(self, game: Game) -> Game:
+        """Keep ``game`` under its session id (refused past ``max_sessions`` live games)."""
         with self._lock:
             self._expire()
             if len(self._games) >= self.max_sessions:
                 raise GameError(f"the Space is at its limit of {self.max_sessions} live games; "
                                 f"try again in a few minutes")
             self._games[game.id] = game
-        return view(game)
+        return game
 
     def get(self, session_id: str) -> Game:
         with self._lock:
@@ -166,6 +171,12 @@ class GameStore:
 
     def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
         """The person's move, then the agents' until it is the person's turn again or the game ends."""
+        for state in self.reply_steps(session_id, action, price, talk):
+            pass
+        return state
+
+    def reply_steps(self, session_id: str, action: str, price: float | None = None, talk: str = ""):
+        """``reply``, yielding the state after the person's move and after each agent reply."""
         game = self.get(session_id)
         with game.lock:
             role = game.human
@@ -174,8 +185,9 @@ class GameStore:
             if game.env.done:
                 raise GameError("this game is over; start a new one")
             game.env.step(human_reply(role, game.env.observe(role).their_offer, action, price, talk, game.mode))
-            _advance(game)
-            return view(game)
+            yield view(game)
+            for _ in advance_steps(game):
+                yield view(game)
 
     def end(self, session_id: str) -> None:
         with self._lock:
@@ -191,10 +203,17 @@ def _no_model(role: str, mode: str):
     raise GameError("no trained model is configured in this process")
 
 
-def _advance(game: Game) -> None:
+def advance_steps(game: Game):
+    """Agents move, one reply per iteration, until a person is to move or the game ends."""
     env = game.env
     while not env.done and game.seats[env.to_move] is not None:
         env.step(game.seats[env.to_move].act(env.observe(env.to_move)))
+        yield
+
+
+def _advance(game: Game) -> None:
+    for _ in advance_steps(game):
+        pass
 
 
 def human_reply(role: str, their_offer: float | None, action: str, price, talk: str, mode: str) -> str:

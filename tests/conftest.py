@@ -66,6 +66,6 @@ def space_url():
     demo = app.build()
     demo.queue(default_concurrency_limit=None)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, mcp_server=True)
     yield f"http://127.0.0.1:{port}/"
     demo.close()

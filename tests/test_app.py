@@ -20,19 +20,20 @@ def test_builds_and_lists_scenarios_and_players():
 
 
 def test_ui_game_round_trip():
-    sid, chat, card, outcome, controls = app.ui_start("builtin", "human", "neutral", "option_a", -1, 4, "")
+    *_, (sid, chat, card, outcome, controls) = app.ui_start("builtin", "human", "neutral", "option_a", -1, 4, "")
     assert sid and "Your budget (private)" in card and controls["visible"] is True and outcome == ""
     for _ in range(12):
-        chat, card, outcome, controls, talk = app.ui_send(sid, "offer", 1.0, "a dollar?")
+        *_, (chat, card, outcome, controls, talk) = app.ui_send(sid, "offer", 1.0, "a dollar?")
         if outcome:
             break
     assert "reward" in outcome and controls["visible"] is False and talk == ""
     with pytest.raises(gr.Error, match="start a game first"):
-        app.ui_send("", "offer", 1.0, "")
-    new_sid, *_ = app.ui_start("builtin", "expert", "neutral", "option_a", 0, 1, sid)
+        list(app.ui_send("", "offer", 1.0, ""))
+    steps = list(app.ui_start("builtin", "expert", "neutral", "option_a", 0, 1, sid))
+    assert len(steps) > 2 and len(steps[-1][1]) > len(steps[1][1]), "an agents' game is shown reply by reply"
     with pytest.raises(gr.Error, match="unknown session"):  # starting again ends the old game
-        app.ui_send(sid, "offer", 1.0, "")
-    assert new_sid != sid
+        list(app.ui_send(sid, "offer", 1.0, ""))
+    assert steps[-1][0] != sid
 
 
 def test_evaluate_policy_matches_the_harness():

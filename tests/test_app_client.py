@@ -135,3 +135,17 @@ def test_load_50_concurrent_sessions(url):
     assert len({r["session_id"] for r in results}) == 50
     for job, state in zip(jobs, results):
         assert state["transcript"] == play_local(*job)["transcript"], f"session {job} was disturbed"
+
+
+def test_the_same_functions_are_mcp_tools(url):
+    import httpx
+    tools = {t["name"] for t in httpx.get(f"{url}gradio_api/mcp/schema", timeout=30).json()}
+    assert {e.lstrip("/") for e in ENDPOINTS} <= tools
+
+
+def test_the_pages_client_example_works_when_copied(url, capsys):
+    import app
+    code = app.api_example(url).strip().removeprefix("```python").removesuffix("```")
+    exec(compile(code, "api_example", "exec"), {})
+    out = capsys.readouterr().out
+    assert "Buyer budget" in out and "reward" in out

@@ -88,9 +88,13 @@ def test_a_person_plays_a_whole_game_by_clicking_and_typing(page):
         page.locator("#human-talk textarea").fill(f"Would you take this? (offer {k + 1})")
         page.locator("#human-talk textarea").press("Tab")
         page.locator("#human-send").click()
-        page.wait_for_function(f"""() => document.querySelectorAll('#game-chat .message').length > {before}
-            || document.querySelector('#game-outcome').innerText.includes('reward')
-            || document.querySelector('.toast-body')""", timeout=30_000)
+        # done when the seller has answered (last message is theirs), the game is over, or a move was refused
+        page.wait_for_function(f"""() => {{
+            if (document.querySelector('#game-outcome').innerText.includes('reward')) return true;
+            if (document.querySelector('.toast-body')) return true;
+            const m = [...document.querySelectorAll('#game-chat .message')];
+            return m.length > {before} && m[m.length - 1].innerText.includes('seller:');
+        }}""", timeout=30_000)
         toast = page.locator(".toast-body")
         assert toast.count() == 0, f"the app refused the move: {toast.first.inner_text()}"
     assert "reward" in outcome.inner_text(), "the game did not end within 10 moves"
@@ -99,3 +103,28 @@ def test_a_person_plays_a_whole_game_by_clicking_and_typing(page):
     assert "private reasoning" in text, "the seller's reasoning is revealed once the game is over"
     shot(page, "Play")
     assert page.errors == [], f"console errors: {page.errors}"
+
+
+def test_two_visitors_play_separate_games(page, space_url):
+    """A second visitor (its own browser context) starts and plays a game; the first visitor's game
+    is untouched, and neither page shows the other's messages."""
+    other = page.context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    other.goto(space_url, wait_until="load", timeout=60_000)
+    pages = {"first": page, "second": other}
+    for pg, seed in ((page, "11"), (other, "12")):
+        open_tab(pg, "Play")
+        pg.locator("#seed input").fill(seed)
+        pg.locator("#seed input").press("Tab")
+        pg.locator("#start-game").click()
+        pg.locator("#game-card").get_by_text(f"seed {seed}").wait_for(timeout=30_000)
+    for name, pg in pages.items():
+        pg.locator("#human-price input").fill("1.00")
+        pg.locator("#human-price input").press("Tab")
+        pg.locator("#human-talk textarea").fill(f"hello from the {name} visitor")
+        pg.locator("#human-talk textarea").press("Tab")
+        pg.locator("#human-send").click()
+        pg.locator("#game-chat").get_by_text(f"hello from the {name} visitor").wait_for(timeout=30_000)
+    assert "second visitor" not in page.locator("#game-chat").inner_text()
+    assert "first visitor" not in other.locator("#game-chat").inner_text()
+    assert "seed 11" in page.locator("#game-card").inner_text() and "seed 12" in other.locator("#game-card").inner_text()
+    other.context.close()
