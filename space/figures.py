@@ -187,9 +187,13 @@ def headline(name: str = "eval_results.json") -> str:
                      f"[{best['reward_ci95'][0]:+.3f}, {best['reward_ci95'][1]:+.3f}] | {best['deal_rate']:.1%} "
                      f"| {best['overshoot_rate']:.1%} | {best['format_error_rate']:.1%} |")
     r0 = next(iter(rows.values()))
+    targets = (read_artifact(name) or {}).get("targets") or {}
+    verdicts = "; ".join(f"{k.replace('_', ' ')}: **{'met' if v['met'] else 'missed'}**"
+                         for k, v in targets.items() if isinstance(v, dict) and "met" in v)
     return ("| buyer | reward vs seller mix | 95% CI | deal rate | overshoot | format errors |\n|---|---|---|---|---|---|\n"
             + "\n".join(lines) + f"\n\n{r0['episodes']} held-out episodes per buyer ({r0['dataset']} test split). "
-            + provenance_line(read_artifact(name), name))
+            + provenance_line(read_artifact(name), name)
+            + (f"\n\nTraining targets, checked on these rows by `training/evaluate.py`: {verdicts}." if verdicts else ""))
 
 
 # ---------------------------------------------------------------------- training

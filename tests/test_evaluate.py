@@ -115,3 +115,29 @@ def test_benchmark_script_runs(tmp_path):
     games = art["results"]["games"]
     assert games["bargain_simple"]["steps"] == 20 * 12  # constant players always reach the turn limit
     assert (tmp_path / "env.json").exists()
+
+
+def _row(buyer, mean, half=0.02, fmt=0.0, over=0.0):
+    return {"buyer": buyer, "seller": "mix", "reward_mean": mean, "reward_ci95": [mean - half, mean + half],
+            "format_error_rate": fmt, "overshoot_rate": over}
+
+
+def test_target_checks_say_met_and_missed():
+    from training.evaluate import target_checks
+    rows = [_row("expert", 0.24), _row("always_accept", 0.12), _row("random_valid", 0.13),
+            _row("sft", -0.4, fmt=0.03, over=0.2), _row("grpo", 0.125, over=0.07)]
+    t = target_checks(rows)
+    assert t["grpo_above_sft_beyond_ci"]["met"] is True
+    assert t["sft_format_error_rate_below_2pct"] == {"met": False, "value": 0.03}
+    assert t["grpo_above_every_baseline_but_expert"]["met"] is False
+    assert t["grpo_above_every_baseline_but_expert"]["baselines_not_beaten"] == {"random_valid": 0.13}
+    assert t["trained_above_expert (stretch)"]["met"] is False and t["overshoot_rate"]["sft"] == 0.2
+    rows[-1] = _row("grpo", 0.3)
+    assert target_checks(rows)["trained_above_expert (stretch)"]["met"] is True
+    assert target_checks([_row("expert", 0.2)]) is None
+
+
+def test_shipped_training_evaluation_states_its_targets():
+    from training.evaluate import target_checks
+    data = json.loads((ROOT / "artifacts" / "eval_results.json").read_text())
+    assert data["targets"] == target_checks(data["rows"]), "the recorded verdicts follow from the rows"

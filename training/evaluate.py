@@ -21,9 +21,11 @@ replace the scripted buyer or seller list and play through the batched rollout e
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from env.bargain import EpisodeMetrics
 from env.evaluation import EVAL_SEED_BASE, episode_seed, format_table, mix_rows, play_cell, summarize_row
@@ -196,6 +198,8 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
     seeds = {"base": config.seed_base, "per_product": config.seeds,
              "rule": "seed = base + product_index * per_product + k"}
     artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+    if (checks := target_checks(rows)) is not None:
+        artifact["targets"] = checks
     if config.out:
         write_json(config.out, artifact)
     if config.transcripts and transcripts:
@@ -203,7 +207,55 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
     return artifact
 
 
+SCRIPTED_BASELINES = ("always_accept", "split_difference", "lowballer", "offer_budget", "random_valid")
+
+
+def target_checks(rows: list[dict]) -> dict | None:
+    """The training issue's targets, checked on the seller-mix rows (None without sft and grpo rows):
+    SFT format errors under 2%; GRPO above SFT beyond both 95% CIs; GRPO above every scripted
+    baseline except the expert; a trained buyer above the expert (stretch); overshoot rates."""
+    mix = {r["buyer"]: r for r in rows if r["seller"] == "mix"}
+    if "sft" not in mix or "grpo" not in mix:
+        return None
+    sft, grpo = mix["sft"], mix["grpo"]
+    trained = [b for b in ("sft", "grpo", "sdpo") if b in mix]
+    below = [b for b in SCRIPTED_BASELINES if b in mix and grpo["reward_mean"] <= mix[b]["reward_mean"]]
+    best_trained = max(trained, key=lambda b: mix[b]["reward_mean"])
+    return {
+        "sft_format_error_rate_below_2pct": {"met": sft["format_error_rate"] < 0.02,
+                                             "value": sft["format_error_rate"]},
+        "grpo_above_sft_beyond_ci": {"met": grpo["reward_ci95"][0] > sft["reward_ci95"][1],
+                                     "grpo": grpo["reward_mean"], "sft": sft["reward_mean"]},
+        "grpo_above_every_baseline_but_expert": {"met": not below, "grpo": grpo["reward_mean"],
+                                                 "baselines_not_beaten": {b: mix[b]["reward_mean"] for b in below}},
+        "trained_above_expert (stretch)": {"met": "expert" in mix and mix[best_trained]["reward_mean"]
+                                           > mix["expert"]["reward_mean"], "best_trained": best_trained,
+                                           "value": mix[best_trained]["reward_mean"],
+                                           "expert": mix.get("expert", {}).get("reward_mean")},
+        "overshoot_rate": {b: mix[b]["overshoot_rate"] for b in trained},
+    }
+
+
+def annotate_targets(path: str) -> dict:
+    """Add the target checks to an existing evaluation artifact (rows untouched), with their own provenance."""
+    data = json.loads(Path(path).read_text())
+    checks = target_checks(data["rows"])
+    if checks is None:
+        raise SystemExit(f"{path}: no seller-mix rows for both sft and grpo; nothing to check")
+    data["targets"] = checks
+    data["targets_provenance"] = provenance({"artifact": path}, {}, 0.0)
+    write_json(path, data)
+    return checks
+
+
 def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--check_targets"]:  # python training/evaluate.py --check_targets artifacts/eval_results.json
+        if len(argv) != 2:
+            raise SystemExit("usage: python training/evaluate.py --check_targets ARTIFACT.json")
+        checks = annotate_targets(argv[1])
+        print(json.dumps(checks, indent=1))
+        return checks
     from transformers import HfArgumentParser  # noqa: PLC0415  (one config convention for all scripts)
 
     parser = HfArgumentParser((EvalConfig, SamplingConfig))
