@@ -1,0 +1,52 @@
+"""Typed clients for the served environments (OpenEnv ``EnvClient``: one WebSocket session each).
+
+    from env.client import BargainClient
+    from env.serving import BargainAction
+
+    with BargainClient(base_url="http://127.0.0.1:8000").sync() as client:
+        result = client.reset(seed=7, opponent="boulware")
+        while not result.done:
+            budget = result.observation.private_value
+            result = client.step(BargainAction(kind="BUY", price=round(0.7 * budget, 2), talk="How about this?"))
+        print(result.reward, result.observation.end_reason)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openenv.core import EnvClient
+from openenv.core.client_types import StepResult
+from openenv.core.env_server.types import State
+
+from env.serving import BargainAction, BargainObservation, BargainState, EchoAction, EchoObservation
+
+
+class BargainClient(EnvClient[BargainAction, BargainObservation, BargainState]):
+    """Client of ``python -m env.serving`` (the bilateral negotiation)."""
+
+    def _step_payload(self, action: BargainAction) -> dict[str, Any]:
+        return action.model_dump(exclude_none=True, exclude={"metadata"})
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[BargainObservation]:
+        obs = BargainObservation(**{**payload.get("observation", {}), "done": payload.get("done", False),
+                                    "reward": payload.get("reward")})
+        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
+
+    def _parse_state(self, payload: dict[str, Any]) -> BargainState:
+        return BargainState(**payload)
+
+
+class EchoClient(EnvClient[EchoAction, EchoObservation, State]):
+    """Client of ``python -m env.serving --env echo`` (the throughput baseline)."""
+
+    def _step_payload(self, action: EchoAction) -> dict[str, Any]:
+        return {"message": action.message}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[EchoObservation]:
+        obs = EchoObservation(**{**payload.get("observation", {}), "done": payload.get("done", False),
+                                 "reward": payload.get("reward")})
+        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
+
+    def _parse_state(self, payload: dict[str, Any]) -> State:
+        return State(**payload)

@@ -1,0 +1,239 @@
+"""The OpenEnv server started for real on loopback and driven by the real typed client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from env.client import BargainClient
+from env.serving import BargainAction, BargainEnvironment, build_app
+from env.tools import HaggleToolEnv
+from tests.conftest import free_port
+
+
+class Served:
+    """A uvicorn server in a background thread, stopped at teardown."""
+
+    def __init__(self, app):
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def url():
+    served = Served(build_app("bargain", max_sessions=300, idle_timeout_s=300))
+    yield served.url
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def small():
+    """Two sessions at most, idle ones reaped after one second."""
+    served = Served(build_app("bargain", max_sessions=2, idle_timeout_s=1.0))
+    yield served.url
+    served.stop()
+
+
+def policy(obs, k: int) -> BargainAction:
+    """A deterministic buyer: rising offers, accepting an ask within 85% of the budget."""
+    if obs.their_offer is not None and obs.their_offer <= 0.85 * obs.private_value:
+        return BargainAction(kind="DEAL", price=obs.their_offer, talk="deal")
+    return BargainAction(kind="BUY", price=round(obs.private_value * (0.5 + 0.07 * k), 2), talk=f"offer {k}")
+
+
+def play_inprocess(seed: int, opponent: str) -> list[dict]:
+    env = BargainEnvironment()
+    obs, k, seen = env.reset(seed=seed, opponent=opponent), 0, []
+    seen.append(obs.model_dump())
+    while not obs.done:
+        obs = env.step(policy(obs, k))
+        seen.append(obs.model_dump())
+        k += 1
+    return seen
+
+
+async def play_served(url: str, seed: int, opponent: str) -> list[dict]:
+    async with BargainClient(base_url=url) as client:
+        result = await client.reset(seed=seed, opponent=opponent)
+        seen, k = [result.observation.model_dump()], 0
+        while not result.done:
+            result = await client.step(policy(result.observation, k))
+            seen.append(result.observation.model_dump())
+            k += 1
+        return seen
+
+
+def test_health_schema_and_metadata(url):
+    assert httpx.get(f"{url}/health").json()["status"] == "healthy"
+    schema = httpx.get(f"{url}/schema").json()
+    assert "kind" in schema["action"]["properties"] and "private_value" in schema["observation"]["properties"]
+    assert httpx.get(f"{url}/metadata").json()["name"] == "haggle-bargain"
+
+
+def test_a_served_episode_equals_the_same_episode_in_process(url):
+    for seed, opponent in ((3, "neutral"), (8, "insulting"), (21, "unyielding")):
+        served = asyncio.run(play_served(url, seed, opponent))
+        assert served == play_inprocess(seed, opponent)
+        assert served[-1]["done"] and -1 <= served[-1]["reward"] <= 1 and served[-1]["metrics"]["end_reason"]
+
+
+def test_observations_never_carry_the_sellers_secrets(url):
+    env = BargainEnvironment()
+    obs = env.reset(seed=5, opponent="begging")
+    cost = f"{env.env.scenario.cost:.2f}"
+    k = 0
+    while not obs.done:
+        text = obs.model_dump_json()
+        assert cost not in text and "floor" not in text, "the seller's cost or reasoning reached the buyer"
+        obs = env.step(policy(obs, k))
+        k += 1
+    assert "cost" not in env.state.model_dump_json()
+
+
+def test_structured_and_text_replies_are_the_same_move(url):
+    a, b = BargainEnvironment(), BargainEnvironment()
+    a.reset(seed=2)
+    b.reset(seed=2)
+    oa = a.step(BargainAction(kind="BUY", price=12.5, talk="hi"))
+    ob = b.step(BargainAction(reply="Thought: \nTalk: hi\nAction: [BUY] $12.50"))
+    assert oa == ob
+
+
+def test_http_sessions(url):
+    sid = httpx.post(f"{url}/sessions").json()["session_id"]
+    obs = httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 4, "opponent": "conceder"}).json()
+    assert obs["done"] is False and obs["observation"]["role"] == "buyer"
+    step = httpx.post(f"{url}/sessions/{sid}/step", json={"action": {"kind": "BUY", "price": 5.0}}).json()
+    assert len(step["observation"]["history"]) == 2
+    state = httpx.get(f"{url}/sessions/{sid}/state").json()
+    assert state["step_count"] == 1 and state["opponent"] == "conceder"
+    assert httpx.delete(f"{url}/sessions/{sid}").status_code == 200
+    assert httpx.get(f"{url}/sessions/{sid}/state").status_code == 404
+
+
+@pytest.mark.parametrize("method, path, kwargs, code, reason", [
+    ("post", "/step", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422, "json"),
+    ("post", "/step", {"json": {"action": {"kind": "FLY"}}}, 422, "FLY"),  # unknown action
+    ("post", "/step", {"json": {"action": {"kind": "BUY", "price": "cheap"}}}, 422, "price"),  # wrong type
+    ("post", "/step", {"json": {"action": {"kind": "BUY"}}}, 422, "needs price"),
+    ("post", "/step", {"json": {"action": {"reply": "x", "kind": "QUIT"}}}, 422, "not both"),
+    ("post", "/step", {"json": {"action": {"kind": "BUY", "price": 5, "wings": 2}}}, 422, "wings"),
+    ("post", "/step", {"json": {"action": {"reply": "x" * 100_000}}}, 413, "over the limit"),  # oversized body
+    ("post", "/step", {"json": {"action": {"kind": "BUY", "price": 5}}}, 409, "reset first"),
+    ("post", "/reset", {"json": {"opponent": "wizard"}}, 400, "unknown seller"),
+    ("post", "/reset", {"json": {"seed": -1}}, 422, "seed"),
+    ("get", "/sessions/nope/state", {}, 404, "unknown session"),
+    ("post", "/sessions/nope/step", {"json": {"action": {"kind": "QUIT"}}}, 404, "unknown session"),
+])
+def test_bad_requests_get_a_4xx_with_a_reason(url, method, path, kwargs, code, reason):
+    sid = httpx.post(f"{url}/sessions").json()["session_id"]
+    before = httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 9}).json()
+    r = getattr(httpx, method)(f"{url}{path}", **kwargs)
+    assert r.status_code == code, r.text
+    assert reason.lower() in r.text.lower()
+    assert httpx.get(f"{url}/health").status_code == 200, "the server keeps serving"
+    assert httpx.get(f"{url}/sessions/{sid}/state").json()["step_count"] == 0, "no session was touched"
+    assert before["observation"]["history"] == []
+
+
+def test_bad_session_requests(url):
+    sid = httpx.post(f"{url}/sessions").json()["session_id"]
+    assert httpx.post(f"{url}/sessions/{sid}/step", json={"action": {"kind": "QUIT"}}).status_code == 409
+    r = httpx.post(f"{url}/sessions/{sid}/reset", content=b"]]", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "malformed JSON" in r.text
+    assert httpx.post(f"{url}/sessions/{sid}/step", json=[1, 2]).status_code == 422
+
+
+def test_websocket_errors_keep_the_session(url):
+    async def run():
+        async with BargainClient(base_url=url) as client:
+            await client.reset(seed=1)
+            await client._send({"type": "step", "data": {"kind": "BUY", "price": "cheap"}})
+            bad = await client._receive()
+            assert bad["type"] == "error" and bad["data"]["code"] == "VALIDATION_ERROR"
+            await client._ws.send("{broken")
+            bad = await client._receive()
+            assert bad["data"]["code"] == "INVALID_JSON"
+            result = await client.step(BargainAction(kind="BUY", price=3.0))
+            assert len(result.observation.history) == 2, "the session survived the bad messages"
+    asyncio.run(run())
+
+
+def test_session_cap_and_idle_timeout(small):
+    async def run():
+        from websockets.asyncio.client import connect
+        a, b = BargainClient(base_url=small), BargainClient(base_url=small)
+        await a.reset(seed=1)
+        await b.reset(seed=2)
+        async with connect(small.replace("http", "ws") + "/ws") as ws:  # the third is told why, then closed
+            refusal = json.loads(await ws.recv())
+        assert refusal["type"] == "error" and refusal["data"]["code"] == "CAPACITY_REACHED"
+        for client in (a, b):
+            await client.close()
+    asyncio.run(run())
+    time.sleep(0.3)
+    sid = httpx.post(f"{small}/sessions").json()["session_id"]
+    httpx.post(f"{small}/sessions/{sid}/reset", json={"seed": 1})
+    other = httpx.post(f"{small}/sessions").json()["session_id"]
+    full = httpx.post(f"{small}/sessions")
+    assert full.status_code == 503 and "capacity" in full.text
+    deadline = time.time() + 15  # the reaper looks every max(timeout / 4, 5 s)
+    while time.time() < deadline and httpx.get(f"{small}/sessions/{sid}/state").status_code != 404:
+        time.sleep(0.5)
+    assert httpx.get(f"{small}/sessions/{sid}/state").status_code == 404, "an idle session was not reaped"
+    assert httpx.get(f"{small}/sessions/{other}/state").status_code == 404
+
+
+def test_load_200_concurrent_websocket_sessions(url):
+    """200 sessions at once, each a whole episode: no errors, and every episode equals the same
+    seed played in-process."""
+    opponents = ["neutral", "boulware", "conceder", "tit_for_tat", "begging", "insulting", "unyielding"]
+    jobs = [(1000 + i, opponents[i % 7]) for i in range(200)]
+
+    async def run():
+        return await asyncio.gather(*(play_served(url, seed, opp) for seed, opp in jobs))
+
+    results = asyncio.run(run())
+    for (seed, opp), served in zip(jobs, results):
+        assert served == play_inprocess(seed, opp), f"episode {seed} vs {opp} differs from in-process"
+
+
+def test_tool_adapter_in_process_and_served_agree(url):
+    row = {"seed": 17, "opponent": "tit_for_tat", "prompt": [{"role": "user", "content": "negotiate"}]}
+    texts = []
+    for env in (HaggleToolEnv(), HaggleToolEnv(base_url=url)):
+        out = [env.reset(**row), env.offer(price=20.0), env.reject(), env.offer(35), env.accept(), env.offer(1.0)]
+        texts.append((out, env.get_reward()))
+        env.close()
+    assert texts[0] == texts[1]
+    out, reward = texts[0]
+    assert "Your budget is $" in out[0] and out[-1] == "The negotiation is over." and -1 <= reward <= 1
+    fresh = HaggleToolEnv()
+    assert fresh.offer(5.0) == "The negotiation is over."  # before reset: nothing to play
+    assert "must be a number" in fresh.offer("abc") and "positive" in fresh.offer(-3)
+
+
+def test_tool_methods_have_google_docstrings():
+    from transformers.utils import get_json_schema
+    for name in ("offer", "accept", "reject", "quit"):
+        schema = get_json_schema(getattr(HaggleToolEnv, name))
+        assert schema["function"]["description"]
+    assert get_json_schema(HaggleToolEnv.offer)["function"]["parameters"]["properties"]["price"]["type"] == "number"
