@@ -224,11 +224,19 @@ def split_scenarios(scenarios: Iterable[Scenario], n_test: int | None = None, sa
     return Split([s for s in scenarios if s.id not in test_ids], [s for s in scenarios if s.id in test_ids])
 
 
+_SPLITS: dict[tuple, Split] = {}
+
+
 def get_split(source: str = "builtin", split: str = "test") -> list[Scenario]:
-    """The ``train``, ``test`` or ``all`` scenarios of a source."""
-    scenarios = load_scenarios(source)
+    """The ``train``, ``test`` or ``all`` scenarios of a source (the split is computed once per
+    source and file version: environments call this on every reset)."""
     if split == "all":
-        return scenarios
+        return load_scenarios(source)
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
-    return getattr(split_scenarios(scenarios), split)
+    resolved = resolve_source(source)
+    path = None if resolved == "builtin" else amazon_path() if resolved == "amazon" else Path(resolved)
+    key = (resolved,) if path is None else (resolved, str(path.resolve()), _mtime(path))
+    if key not in _SPLITS:
+        _SPLITS[key] = split_scenarios(load_scenarios(source))
+    return list(getattr(_SPLITS[key], split))

@@ -11,7 +11,8 @@ clear 4xx answers for requests the environment cannot take.
 The served player is the buyer (or ``role="seller"``); the other side is a scripted player
 chosen at reset (the seller mix's personas by default, ``neutral``), who moves inside ``step``,
 so every observation is the served player's turn. Observations are the player's own view:
-never the other side's private value or reasoning.
+never the other side's private value or reasoning. Each carries only the public messages that
+are new since the previous one (built incrementally: the payload does not grow with the episode).
 
     python -m env.serving --port 8000                      # loopback by default
     python -m env.serving --host 0.0.0.0 --max-sessions 512 --idle-timeout 600
@@ -92,7 +93,10 @@ class BargainObservation(Observation):
     max_turns: int = DEFAULT_MAX_TURNS
     my_offer: Optional[float] = None
     their_offer: Optional[float] = None
-    history: list[dict] = Field(default_factory=list, description="public messages so far: role, talk, action, note")
+    messages: list[dict] = Field(default_factory=list, description=(
+        "public messages since your previous observation (your reply as delivered, then the other side's), "
+        "each with role, talk, action, note; a chat client appends them to its history"))
+    history_len: int = Field(default=0, description="public messages in the whole episode so far")
     last_error: Optional[str] = Field(default=None, description="why your last reply was refused (reason code)")
     end_reason: Optional[str] = None
     metrics: Optional[dict] = Field(default=None, description="the episode's metrics, once it has ended")
@@ -111,8 +115,19 @@ class BargainState(State):
     reward: Optional[float] = None
 
 
+class InlineSteps:
+    """Run ``reset``/``step`` on the server's event loop instead of a per-session thread: they are
+    short, pure CPU (tens of microseconds), so a thread hand-off would cost more than the work."""
+
+    async def reset_async(self, seed: Optional[int] = None, episode_id: Optional[str] = None, **kwargs: Any):
+        return self.reset(seed=seed, episode_id=episode_id, **kwargs)
+
+    async def step_async(self, action, timeout_s: Optional[float] = None, **kwargs: Any):
+        return self.step(action, timeout_s=timeout_s, **kwargs)
+
+
 # ---------------------------------------------------------------------- environment
-class BargainEnvironment(Environment[BargainAction, BargainObservation, BargainState]):
+class BargainEnvironment(InlineSteps, Environment[BargainAction, BargainObservation, BargainState]):
     """``BargainEnv`` behind OpenEnv's ``Environment`` interface, one scripted opponent per episode."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -121,8 +136,8 @@ class BargainEnvironment(Environment[BargainAction, BargainObservation, BargainS
         super().__init__()
         self.env = BargainEnv()
         self.opponent = None
-        self._state = BargainState()
-        self.role, self.mode, self.last_error = BUYER, "option_a", None
+        self._info = {}
+        self.role, self.mode, self.last_error, self._steps, self._seen = BUYER, "option_a", None, 0, 0
 
     def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, source: str = "builtin",
               split: str = "test", product: Optional[int] = None, opponent: Optional[str] = None,
@@ -155,12 +170,12 @@ class BargainEnvironment(Environment[BargainAction, BargainObservation, BargainS
         if self.env.max_turns != max_turns:
             self.env = BargainEnv(max_turns)
         self.env.reset(scenario, seed)
-        self.role, self.mode, self.last_error = role, reasoning_mode, None
+        self.role, self.mode, self.last_error, self._steps, self._seen = role, reasoning_mode, None, 0, 0
         self.opponent = make_player(OTHER[role], opponent, reasoning_mode)
         rng_buyer, rng_seller = player_rngs(seed)
         self.opponent.reset(self.env.observe(OTHER[role]), rng_seller if role == BUYER else rng_buyer)
-        self._state = BargainState(episode_id=episode_id, step_count=0, scenario_id=scenario.id, seed=seed, role=role,
-                                   opponent=opponent)
+        self._info = {"episode_id": episode_id, "scenario_id": scenario.id, "seed": seed, "role": role,
+                      "opponent": opponent}
         self._opponent_moves()
         return self._observe()
 
@@ -171,7 +186,7 @@ class BargainEnvironment(Environment[BargainAction, BargainObservation, BargainS
             raise EpisodeNotStarted("the episode is over: reset to start another")
         result = self.env.step(action.text(self.mode))
         self.last_error = result.info.get("error")
-        self._state.step_count += 1
+        self._steps += 1
         self._opponent_moves()
         return self._observe()
 
@@ -187,19 +202,24 @@ class BargainEnvironment(Environment[BargainAction, BargainObservation, BargainS
         reward = None
         if done:  # the buyer's reward; a served seller is scored by the buyer's loss
             reward = env.reward if self.role == BUYER else -env.reward
-        st = self._state
-        st.turn, st.done, st.end_reason, st.reward = min(env.turn, env.max_turns), done, env.end_reason, reward
+        turn = min(env.turn, env.max_turns)
+        seen, self._seen = self._seen, len(obs.history)
         return BargainObservation(
             done=done, reward=reward, role=self.role, title=obs.title, category=obs.category,
             description=obs.description, list_price=obs.list_price, private_value=obs.private_value,
-            turn=st.turn, max_turns=obs.max_turns, my_offer=obs.my_offer, their_offer=obs.their_offer,
-            history=[{"role": m.role, "talk": m.talk, "action": m.action.render(), "note": m.note} for m in obs.history],
+            turn=turn, max_turns=obs.max_turns, my_offer=obs.my_offer, their_offer=obs.their_offer,
+            messages=[{"role": m.role, "talk": m.talk, "action": m.action.render(), "note": m.note}
+                      for m in obs.history[seen:]], history_len=len(obs.history),
             last_error=self.last_error, end_reason=env.end_reason if done else None,
             metrics=env.metrics().to_dict() if done else None)
 
     @property
     def state(self) -> BargainState:
-        return self._state
+        """Built on request (not every step): the episode's identity and progress."""
+        env, done = self.env, self.env.done
+        reward = None if not done else env.reward if self.role == BUYER else -env.reward
+        return BargainState(**self._info, step_count=self._steps, turn=min(env.turn, env.max_turns), done=done,
+                            end_reason=env.end_reason, reward=reward)
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(name="haggle-bargain", description=(
@@ -216,8 +236,8 @@ class EchoObservation(Observation):
     message: str = ""
 
 
-class EchoEnvironment(Environment[EchoAction, EchoObservation, State]):
-    """The trivial environment served the same way: its throughput is the framework's ceiling."""
+class EchoEnvironment(InlineSteps, Environment[EchoAction, EchoObservation, State]):
+    """The trivial environment served the same way (inline steps too): the framework's ceiling."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -363,7 +383,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_sessions < 1 or args.idle_timeout <= 0 or args.max_body_bytes < 1024:
         ap.error("--max-sessions must be >= 1, --idle-timeout > 0, --max-body-bytes >= 1024")
     app = build_app(args.env, args.max_sessions, args.idle_timeout, args.max_body_bytes)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws_max_size=args.max_body_bytes)
+    # No per-message deflate: observations are a few hundred bytes, compressing them costs more than it saves.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws_max_size=args.max_body_bytes,
+                ws_per_message_deflate=False)
 
 
 if __name__ == "__main__":

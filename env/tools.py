@@ -59,9 +59,16 @@ class HaggleToolEnv:
             self.reward = float(self.obs.reward or 0.0)
         return describe(self.obs)
 
-    def close(self) -> None:
+    def _close(self) -> None:  # private: TRL turns every public method into a tool
         if self._client is not None:
             self._client.close()
+            self._client = None
+
+    def __del__(self):
+        try:
+            self._close()
+        except Exception:  # noqa: BLE001  (interpreter shutdown)
+            pass
 
     # --------------------------------------------------------------- TRL interface
     def reset(self, **row) -> str:
@@ -131,7 +138,7 @@ def describe(obs: BargainObservation) -> str:
         price = obs.metrics.get("price") if obs.metrics else None
         deal = f" at {format_price(price)}" if price is not None else ""
         return f"The negotiation ended: {obs.end_reason}{deal}. {OVER}"
-    last = obs.history[-1] if obs.history else None
+    last = obs.messages[-1] if obs.messages else None
     if last is None or last["role"] != "seller":
         return "Waiting for the seller."
     note = f" ({last['note']})" if last["note"] else ""

@@ -122,7 +122,7 @@ def test_http_sessions(url):
     obs = httpx.post(f"{url}/sessions/{sid}/reset", json={"seed": 4, "opponent": "conceder"}).json()
     assert obs["done"] is False and obs["observation"]["role"] == "buyer"
     step = httpx.post(f"{url}/sessions/{sid}/step", json={"action": {"kind": "BUY", "price": 5.0}}).json()
-    assert len(step["observation"]["history"]) == 2
+    assert len(step["observation"]["messages"]) == 2 and step["observation"]["history_len"] == 2
     state = httpx.get(f"{url}/sessions/{sid}/state").json()
     assert state["step_count"] == 1 and state["opponent"] == "conceder"
     assert httpx.delete(f"{url}/sessions/{sid}").status_code == 200
@@ -151,7 +151,7 @@ def test_bad_requests_get_a_4xx_with_a_reason(url, method, path, kwargs, code, r
     assert reason.lower() in r.text.lower()
     assert httpx.get(f"{url}/health").status_code == 200, "the server keeps serving"
     assert httpx.get(f"{url}/sessions/{sid}/state").json()["step_count"] == 0, "no session was touched"
-    assert before["observation"]["history"] == []
+    assert before["observation"]["messages"] == []
 
 
 def test_bad_session_requests(url):
@@ -173,7 +173,7 @@ def test_websocket_errors_keep_the_session(url):
             bad = await client._receive()
             assert bad["data"]["code"] == "INVALID_JSON"
             result = await client.step(BargainAction(kind="BUY", price=3.0))
-            assert len(result.observation.history) == 2, "the session survived the bad messages"
+            assert result.observation.history_len == 2, "the session survived the bad messages"
     asyncio.run(run())
 
 
@@ -222,7 +222,7 @@ def test_tool_adapter_in_process_and_served_agree(url):
     for env in (HaggleToolEnv(), HaggleToolEnv(base_url=url)):
         out = [env.reset(**row), env.offer(price=20.0), env.reject(), env.offer(35), env.accept(), env.offer(1.0)]
         texts.append((out, env.get_reward()))
-        env.close()
+        env._close()
     assert texts[0] == texts[1]
     out, reward = texts[0]
     assert "Your budget is $" in out[0] and out[-1] == "The negotiation is over." and -1 <= reward <= 1
@@ -237,3 +237,20 @@ def test_tool_methods_have_google_docstrings():
         schema = get_json_schema(getattr(HaggleToolEnv, name))
         assert schema["function"]["description"]
     assert get_json_schema(HaggleToolEnv.offer)["function"]["parameters"]["properties"]["price"]["type"] == "number"
+
+
+def test_grpo_runs_through_environment_factory_against_the_server(url, tiny_dir, tmp_path):
+    """A few GRPO steps of TRL's tool-calling trainer on the tiny model, every rollout's environment
+    a session on the served environment, every episode a train-split product."""
+    from env.scenarios import get_split
+    from training.grpo_tools import main
+
+    trainer = main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(tmp_path),
+                    "--env_url", url])
+    assert trainer.state.global_step == 2
+    pool = trainer._environment_pool[None]
+    train_titles = {s.title for s in get_split("builtin", "train")}
+    assert pool and all(e.base_url == url and e.obs is not None for e in pool)
+    assert all(e.obs.title in train_titles for e in pool), "training episodes come from the train split only"
+    for e in pool:
+        e._close()
