@@ -22,6 +22,13 @@ from openenv.core.env_server.types import State
 from env.serving import BargainAction, BargainObservation, BargainState, EchoAction, EchoObservation
 
 
+def _result(obs_cls, payload: dict[str, Any]) -> StepResult:
+    """The server's ``{observation, reward, done}`` as a typed ``StepResult`` (validated)."""
+    done, reward = payload.get("done", False), payload.get("reward")
+    return StepResult(observation=obs_cls(**{**payload.get("observation", {}), "done": done, "reward": reward}),
+                      reward=reward, done=done)
+
+
 class BargainClient(EnvClient[BargainAction, BargainObservation, BargainState]):
     """Client of ``python -m env.serving`` (the bilateral negotiation)."""
 
@@ -29,9 +36,7 @@ class BargainClient(EnvClient[BargainAction, BargainObservation, BargainState]):
         return action.model_dump(exclude_none=True, exclude={"metadata"})
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[BargainObservation]:
-        obs = BargainObservation(**{**payload.get("observation", {}), "done": payload.get("done", False),
-                                    "reward": payload.get("reward")})
-        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
+        return _result(BargainObservation, payload)
 
     def _parse_state(self, payload: dict[str, Any]) -> BargainState:
         return BargainState(**payload)
@@ -44,9 +49,7 @@ class EchoClient(EnvClient[EchoAction, EchoObservation, State]):
         return {"message": action.message}
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[EchoObservation]:
-        obs = EchoObservation(**{**payload.get("observation", {}), "done": payload.get("done", False),
-                                 "reward": payload.get("reward")})
-        return StepResult(observation=obs, reward=payload.get("reward"), done=payload.get("done", False))
+        return _result(EchoObservation, payload)
 
     def _parse_state(self, payload: dict[str, Any]) -> State:
         return State(**payload)

@@ -21,10 +21,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-import torch
-from trl import GRPOConfig
-
 from env.players import SELLERS, parse_names
+from training.grpo import HaggleGRPOConfig
 
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--num_generations", "2",
               "--max_completion_length", "96", "--rows", "8", "--max_tool_calling_iterations", "3",
@@ -46,20 +44,13 @@ class ToolScriptArguments:
 
 
 @dataclass
-class ToolGRPOConfig(GRPOConfig):
+class ToolGRPOConfig(HaggleGRPOConfig):
+    """``training/grpo.py``'s CPU-friendly defaults, with TRL's tool-calling loop bounded."""
+
     output_dir: str = field(default="runs/grpo-tools")
-    per_device_train_batch_size: int = field(default=8)
-    num_generations: int = field(default=8)
+    gradient_accumulation_steps: int = field(default=1)
     max_completion_length: int = field(default=512)
     max_tool_calling_iterations: int = field(default=8)
-    learning_rate: float = field(default=3e-5)
-    max_steps: int = field(default=30)
-    beta: float = field(default=0.0)
-    logging_steps: float = field(default=1)
-    bf16: bool = field(default=False)
-    gradient_checkpointing: bool = field(default=False)
-    use_cpu: bool = field(default=not torch.cuda.is_available())
-    report_to: str = field(default="none")
 
 
 def rows(n: int, sellers: list[str]):
