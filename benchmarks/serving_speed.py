@@ -32,6 +32,7 @@ from training.provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.9
+ECHO_MESSAGE = "Talk: How about this?\nAction: [BUY] $40.00"
 
 
 def policy(obs, k: int) -> BargainAction:
@@ -94,7 +95,7 @@ async def echo_session(url: str, steps: int, episodes: int, lat: list[float]) ->
             await client.reset(seed=e)
             for _ in range(per if e < episodes - 1 else steps - done):
                 t = time.perf_counter()
-                await client.step(EchoAction(message="Talk: How about this?\nAction: [BUY] $40.00"))
+                await client.step(EchoAction(message=ECHO_MESSAGE))
                 lat.append(time.perf_counter() - t)
                 done += 1
         return done
