@@ -25,7 +25,7 @@ from env.rules import BUYER, SELLER
 from env.scenarios import get_split, load_scenarios
 from space import figures as F
 from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, advance_steps, available_sources, \
-    check_seed, choices, view
+    check_seed, choices, test_scenarios, view
 from space.model import ENV_VAR, load_seat, model_label
 
 ROOT = Path(__file__).resolve().parent
@@ -132,14 +132,11 @@ def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: i
         raise GameError(f"episodes must be a whole number from 1 to {cap} for this buyer; got {episodes!r}")
     if reasoning_mode not in REASONING_MODES:
         raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}")
-    scenarios = [s for s in get_split(source, "test")] if source in available_sources() else None
-    if not scenarios:
-        raise GameError(f"unknown or unavailable source {source!r}")
-    metrics = []
-    for i in range(episodes):
-        b = load_seat(BUYER, reasoning_mode) if buyer == MODEL else make_player(BUYER, buyer, reasoning_mode)
-        s = make_player(SELLER, sellers[i % len(sellers)], reasoning_mode)
-        metrics.append(play_metrics(scenarios[i % len(scenarios)], b, s, seed + i))
+    scenarios = test_scenarios(source)
+    # players are reset at the start of every episode, so one of each serves all episodes
+    b = load_seat(BUYER, reasoning_mode) if buyer == MODEL else make_player(BUYER, buyer, reasoning_mode)
+    seats = [make_player(SELLER, name, reasoning_mode) for name in sellers]
+    metrics = [play_metrics(scenarios[i % len(scenarios)], b, seats[i % len(seats)], seed + i) for i in range(episodes)]
     return summarize_row(metrics, buyer=buyer if buyer != MODEL else model_label(), seller=seller, split="test",
                          dataset=source, reasoning_mode=reasoning_mode, seeds=f"{seed}..{seed + episodes - 1}")
 

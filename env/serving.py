@@ -21,6 +21,7 @@ are new since the previous one (built incrementally: the payload does not grow w
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from typing import Any, Literal, Optional
 
@@ -357,7 +358,6 @@ def _add_http_sessions(app: FastAPI, server: HTTPEnvServer, action_cls) -> None:
 
 
 async def _json(request: Request) -> dict:
-    import json  # noqa: PLC0415
     raw = await request.body()
     try:
         body = json.loads(raw or b"{}")

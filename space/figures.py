@@ -115,7 +115,7 @@ def reward_bars(name: str, seller: str = "mix") -> go.Figure:
         return _empty("Mean reward per buyer", f"no rows in artifacts/{name}")
     names = [r["buyer"] for r in rows]
     means = [r["reward_mean"] for r in rows]
-    colors = ["#d62728" if n in TRAINED or n.startswith(TRAINED) else "#1f77b4" for n in names]
+    colors = ["#d62728" if n.startswith(TRAINED) else "#1f77b4" for n in names]
     fig = go.Figure()
     fig.add_bar(y=names, x=means, orientation="h", marker_color=colors, name="mean reward", opacity=0.55,
                 error_x={"type": "data", "symmetric": True, "array": [r["reward_std"] for r in rows],
@@ -180,7 +180,7 @@ def headline(name: str = "eval_results.json") -> str:
             r = rows[b]
             lines.append(f"| {b} | {r['reward_mean']:+.3f} | [{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] "
                          f"| {r['deal_rate']:.1%} | {r['overshoot_rate']:.1%} | {r['format_error_rate']:.1%} |")
-    scripted = [r for b, r in rows.items() if b not in TRAINED and b != "expert" and not b.startswith(TRAINED)]
+    scripted = [r for b, r in rows.items() if b != "expert" and not b.startswith(TRAINED)]
     best = max(scripted, key=lambda r: r["reward_mean"], default=None)
     if best:
         lines.append(f"| best baseline: {best['buyer']} | {best['reward_mean']:+.3f} | "
@@ -308,15 +308,9 @@ def before_after_pairs(before: str = "base", after: str = "grpo") -> list[tuple[
 
 
 def transcript_messages(t: dict) -> list[dict]:
-    """A stored transcript as chat messages, private reasoning collapsible."""
-    out = []
-    for turn in t["turns"]:
-        role = "user" if turn["role"] == "buyer" else "assistant"
-        if turn.get("thought"):
-            out.append({"role": role, "content": turn["thought"],
-                        "metadata": {"title": f"{turn['role']}'s private reasoning"}})
-        action = f"`{turn['action']}`" if turn.get("action") else f"format error: {turn.get('error')}"
-        out.append({"role": role, "content": f"**{turn['role']}**: {turn['talk']}\n\n{action}"})
+    """A stored transcript as chat messages (as the Play tab shows them), then its ending."""
+    from space.games import turn_messages  # noqa: PLC0415
+    out = turn_messages(t["turns"])
     m = t["metrics"]
     out.append({"role": "assistant", "content": f"*End: {m['end_reason']}"
                 + (f" at ${m['price']:,.2f}" if m.get("price") is not None else "")

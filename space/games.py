@@ -279,18 +279,22 @@ def _chat_role(role: str) -> str:
 
 def full_messages(env: BargainEnv) -> list[dict]:
     """Every reply, private reasoning in a collapsible message the other side never saw."""
+    return turn_messages(env.transcript()["turns"])
+
+
+def turn_messages(turns: list[dict]) -> list[dict]:
+    """Transcript turns (live or stored) as chat messages, private reasoning collapsible."""
     out = []
-    for turn in env.log:
+    for turn in turns:
         role = turn["role"]
-        if turn["thought"]:
+        if turn.get("thought"):
             out.append({"role": _chat_role(role), "content": turn["thought"],
                         "metadata": {"title": f"{role}'s private reasoning (never shown to the {OTHER[role]})"}})
-        if turn["action"] is not None:
-            action = f"`{turn['action'].render()}`"
+        if turn.get("action"):
+            action = f"`{turn['action']}`" + (f" — invalid: {turn['error']}" if turn.get("error") else "")
         else:
-            action = f"format error: {turn['error']} (ends the game for the buyer; a seller's counts as [REJECT])"
-        note = f" — invalid: {turn['error']}" if turn["action"] is not None and turn["error"] else ""
-        out.append({"role": _chat_role(role), "content": f"**{role}**: {turn['talk']}\n\n{action}{note}"})
+            action = f"format error: {turn.get('error')} (ends the game for the buyer; a seller's counts as [REJECT])"
+        out.append({"role": _chat_role(role), "content": f"**{role}**: {turn['talk']}\n\n{action}"})
     return out
 
 
