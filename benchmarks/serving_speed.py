@@ -9,6 +9,8 @@ trivial echo environment served the same way, in one run on one machine.
 * ``echo_served_steps_per_s``: the echo environment served the same way (``--env echo``), each
   session making as many steps as its bargain counterpart did. The target is served bargain
   throughput >= 0.9x echo (the serving cost is the framework's, not the environment's).
+  ``additive_bound_over_echo`` is the ratio an environment with this in-process step cost would
+  reach if serving added nothing but the echo round trip: the ceiling for this environment here.
 
 Each configuration runs ``--repeats`` times, alternating; the best run counts.
 
@@ -160,6 +162,9 @@ def main() -> None:
         "served_over_echo": b["steps_per_s"] / e["steps_per_s"], "target_served_over_echo": TARGET_RATIO,
         "sessions": args.sessions, "episodes_per_session": args.episodes, "served_steps": b["steps"],
         "serving_overhead_per_step_ms": 1000 / b["steps_per_s"] - 1000 / (inproc[0] / inproc[1]),
+        # If serving added nothing of ours, a served step would cost the echo round trip plus the
+        # environment's own in-process work: the best ratio this environment could reach here.
+        "additive_bound_over_echo": (1 / e["steps_per_s"]) / (1 / e["steps_per_s"] + inproc[1] / inproc[0]),
     }
     results["meets_target"] = results["served_over_echo"] >= TARGET_RATIO
     write_json(args.out, {"provenance": provenance(vars(args), {"episodes": "session s, episode e: seed 10000s+e"},

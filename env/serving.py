@@ -25,7 +25,7 @@ import json
 import random
 from typing import Any, Literal, Optional
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 from openenv.core.env_server import ConcurrencyConfig, Environment, HTTPEnvServer
 from openenv.core.env_server.serialization import deserialize_action, serialize_observation
@@ -275,10 +275,28 @@ def build_app(name: str = "bargain", max_sessions: int = DEFAULT_MAX_SESSIONS,
                            concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions,
                                                                 session_timeout=idle_timeout_s))
     server.register_routes(app)
+    app.add_middleware(QuietDisconnects)
     _add_limits(app, max_body_bytes)
     _add_http_sessions(app, server, action_cls)
     app.state.openenv_server = server
     return app
+
+
+class QuietDisconnects:
+    """A client that closes its WebSocket is not a server error. openenv's endpoint calls
+    ``websocket.close()`` after the client has gone, which raises ``WebSocketDisconnect``; without
+    this, uvicorn logs a 60-line "Exception in ASGI application" traceback per closed session."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket":
+            return await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            pass
 
 
 def _add_limits(app: FastAPI, max_body_bytes: int) -> None:

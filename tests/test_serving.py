@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 
@@ -106,6 +107,22 @@ def test_observations_never_carry_the_sellers_secrets(url):
         obs = env.step(policy(obs, k))
         k += 1
     assert "cost" not in env.state.model_dump_json()
+
+
+def test_a_client_closing_its_session_is_not_logged_as_a_server_error(url):
+    """openenv closes the socket after the client has gone; that must not log a traceback."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        for seed in range(3):
+            asyncio.run(play_served(url, seed, "neutral"))
+        time.sleep(0.3)  # the server finishes closing after the client returns
+    finally:
+        logger.removeHandler(handler)
+    assert not records, [r.getMessage() for r in records]
 
 
 def test_structured_and_text_replies_are_the_same_move(url):
