@@ -1,0 +1,151 @@
+"""The market's action language: a documented JSON schema an LLM can emit, a tolerant reader
+for model text, and strict validation with reason codes.
+
+One action per step, one JSON object, e.g. ``{"action": "offer", "to": "lab2", "side": "buy",
+"block": "b3", "hours": 40, "price": 70}``. Scripted players may hand ``step`` the same dict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+MAX_TEXT = 600  # characters of free text in a pitch
+MAX_ACTION_CHARS = 4000  # a longer reply is refused before parsing
+
+ACTION_DOCS = {
+    "offer": "propose a trade to another lab: side 'buy' (you get `hours` of their `block` for `price` dollars) "
+             "or 'sell' (you give `hours` of your `block` for `price`)",
+    "counter": "answer an offer made to you with another `price` (and optionally `hours`)",
+    "accept": "accept an offer made to you (`offer` id); the trade executes at once",
+    "reject": "reject an offer made to you",
+    "pitch": "a buy offer with an argument: free `text` plus a structured `ask` {job, block, hours, price}; "
+             "the judge scores the ask against your real need and the other lab sees the verdict",
+    "buy_spot": "buy `hours` from the provider's spot stock at the spot price",
+    "propose_coalition": "propose buying a volume `lot` together with the invited `members` (you included); "
+                         "your own share is `hours` of the lot; everyone pays the lot's price per GPU-hour",
+    "join": "join a coalition you are invited to, with your share: `hours` of the lot",
+    "commit": "bind yourself: your share's cost is escrowed; the lot is bought as soon as committed shares cover "
+              "it (the last committer's share is trimmed to fit; the split is the shares)",
+    "leave": "leave a coalition; after committing this costs a fine (25% of your contribution, paid to the "
+             "other members) and reputation",
+    "allocate": "run `hours` of your `block` on your `job` (the block must have started, the job not expired); "
+                "energy is billed now",
+    "wait": "end your turn for this round",
+    "finish": "stop acting for the rest of the episode",
+}
+
+_NUM = {"type": "number", "exclusiveMinimum": 0}
+_ID = {"type": "string", "maxLength": 32}
+FIELDS: dict[str, dict[str, dict]] = {
+    "offer": {"to": _ID, "side": {"enum": ["buy", "sell"]}, "block": _ID, "hours": _NUM,
+              "price": {"type": "number", "minimum": 0}},
+    "counter": {"offer": _ID, "price": {"type": "number", "minimum": 0}},
+    "accept": {"offer": _ID},
+    "reject": {"offer": _ID},
+    "pitch": {"to": _ID, "text": {"type": "string", "maxLength": MAX_TEXT},
+              "ask": {"type": "object", "properties": {"job": _ID, "block": _ID, "hours": _NUM,
+                                                       "price": {"type": "number", "minimum": 0}},
+                      "required": ["job", "block", "hours", "price"]}},
+    "buy_spot": {"hours": _NUM},
+    "propose_coalition": {"lot": _ID, "members": {"type": "array", "items": _ID, "minItems": 2}, "hours": _NUM},
+    "join": {"coalition": _ID, "hours": _NUM},
+    "commit": {"coalition": _ID},
+    "leave": {"coalition": _ID},
+    "allocate": {"block": _ID, "job": _ID, "hours": _NUM},
+    "wait": {},
+    "finish": {},
+}
+OPTIONAL = {"counter": {"hours": _NUM}}
+
+ACTION_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Haggle GPU-market action",
+    "oneOf": [{"type": "object", "description": ACTION_DOCS[name],
+               "properties": {"action": {"const": name}, **fields, **OPTIONAL.get(name, {})},
+               "required": ["action", *fields], "additionalProperties": False}
+              for name, fields in FIELDS.items()],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """Why an action was refused: a reason code and a sentence for the player."""
+
+    code: str
+    detail: str
+
+
+_OBJECT = re.compile(r"\{.*\}", re.S)
+
+
+def parse_action(text: str) -> dict | Invalid:
+    """The first JSON object in a model's reply (code fences and prose around it are allowed),
+    validated. Never raises on any input."""
+    if not isinstance(text, str):
+        return Invalid("not_text", "the reply must be text")
+    if len(text) > MAX_ACTION_CHARS:
+        return Invalid("too_long", f"the reply is over {MAX_ACTION_CHARS} characters")
+    start = text.find("{")
+    if start < 0:
+        return Invalid("no_json", "no JSON object in the reply")
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text[start:])
+    except (json.JSONDecodeError, RecursionError):
+        match = _OBJECT.search(text)
+        try:
+            obj = json.loads(match.group(0)) if match else None
+        except (json.JSONDecodeError, RecursionError):
+            obj = None
+        if obj is None:
+            return Invalid("bad_json", "the JSON object could not be read")
+    return validate(obj)
+
+
+def _check(value, rule: dict) -> bool:
+    if "const" in rule:
+        return value == rule["const"]
+    if "enum" in rule:
+        return value in rule["enum"]
+    kind = rule.get("type")
+    if kind == "string":
+        return isinstance(value, str) and len(value) <= rule.get("maxLength", 10**9)
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        return value > rule["exclusiveMinimum"] if "exclusiveMinimum" in rule else value >= rule.get("minimum", -math.inf)
+    if kind == "array":
+        return (isinstance(value, list) and len(value) >= rule.get("minItems", 0) and len(value) <= 16
+                and all(_check(v, rule["items"]) for v in value))
+    if kind == "object":
+        props = rule["properties"]
+        return (isinstance(value, dict) and set(value) == set(rule["required"])
+                and all(_check(value[k], props[k]) for k in props))
+    return False
+
+
+def validate(obj) -> dict | Invalid:
+    """Check one action object against the schema; the object itself (a new dict) or ``Invalid``."""
+    if not isinstance(obj, dict):
+        return Invalid("not_object", "the action must be a JSON object")
+    name = obj.get("action")
+    if not isinstance(name, str) or name not in FIELDS:
+        return Invalid("unknown_action", f"'action' must be one of {', '.join(FIELDS)}")
+    fields, optional = FIELDS[name], OPTIONAL.get(name, {})
+    missing = [k for k in fields if k not in obj]
+    if missing:
+        return Invalid("missing_field", f"{name} needs {', '.join(missing)}")
+    extra = [k for k in obj if k != "action" and k not in fields and k not in optional]
+    if extra:
+        return Invalid("unknown_field", f"{name} takes no {', '.join(map(str, extra))}")
+    for k, v in obj.items():
+        if k != "action" and not _check(v, fields.get(k) or optional[k]):
+            return Invalid("bad_value", f"{name}: bad value for {k!r}")
+    return dict(obj)
+
+
+def render_action(action: dict) -> str:
+    """The canonical one-line JSON of an action (what a transcript shows)."""
+    return json.dumps(action, separators=(", ", ": "))
