@@ -7,6 +7,8 @@ What it measures, in one run on one machine:
   environment's own cost: parsing, rules, observations. Episodes run to the turn limit.
 * ``bargain_expert_mix``: the rule-based expert against the neutral seller and every persona,
   the realistic workload (players compose their Thought and Talk text).
+* ``market_<task>``: the GPU market, the rule expert in seat 0 and the world's archetypes in the
+  other seats (every player's action is one step; target 20,000 steps/s).
 * ``textarena_*``: TextArena 0.7.4 ``SimpleNegotiation-v0`` played by equally simple
   constant-string players (``[Offer: 1 Wheat -> 1 Wood]`` / ``[Accept]``):
   ``fresh`` builds the registered env (with its default wrappers) for every episode,
@@ -32,6 +34,7 @@ from env.scenarios import get_split
 from training.provenance import provenance, write_json
 
 TARGET_SPEEDUP = 2.0
+TARGET_MARKET_STEPS_PER_S = 20_000
 
 
 class ConstantPlayer:
@@ -70,6 +73,17 @@ def bench_bargain_expert_mix(episodes: int) -> tuple[int, int, float]:
     for i in range(episodes):
         play_episode(scenarios[i % len(scenarios)], buyer, sellers[i % len(sellers)], i, env=env)
         steps += env.replies
+    return episodes, steps, time.perf_counter() - start
+
+
+def bench_market(episodes: int, task: str) -> tuple[int, int, float]:
+    from env.market import MarketEnv, make_policy, play_market  # noqa: PLC0415
+
+    env, steps = MarketEnv(), 0
+    start = time.perf_counter()
+    for i in range(episodes):
+        play_market(task, i, make_policy("expert"), env=env)
+        steps += len(env.transcript)
     return episodes, steps, time.perf_counter() - start
 
 
@@ -120,6 +134,9 @@ def run(episodes: int = 2000, repeats: int = 3, out: str | None = "artifacts/ben
         "bargain_simple": measure(bench_bargain_simple, episodes, repeats),
         "bargain_expert_mix": measure(bench_bargain_expert_mix, episodes, repeats),
     }
+    from env.market import TASKS  # noqa: PLC0415
+    for task in TASKS:
+        games[f"market_{task}"] = measure(bench_market, episodes, repeats, task)
     try:
         import textarena  # noqa: F401, PLC0415
     except ImportError:
@@ -132,6 +149,9 @@ def run(episodes: int = 2000, repeats: int = 3, out: str | None = "artifacts/ben
         "steps_per_s": {k: v["steps_per_s"] for k, v in games.items()},
         "games": games,
         "target_speedup": TARGET_SPEEDUP,
+        "market_target_steps_per_s": TARGET_MARKET_STEPS_PER_S,
+        "market_target_met": all(v["steps_per_s"] >= TARGET_MARKET_STEPS_PER_S
+                                 for k, v in games.items() if k.startswith("market_")),
     }
     ta_modes = [games[k]["steps_per_s"] for k in games if k.endswith(("_fresh", "_reused"))]
     if ta_modes:

@@ -13,6 +13,7 @@ Run (from the repo root):
     python training/evaluate.py --buyer-model tiny --buyer-name base --out artifacts/eval_base.json
     python training/evaluate.py --buyer-model Qwen/Qwen3-0.6B --reasoning-mode option_b
     python training/evaluate.py --buyer-model gpt-4.1-mini --base-url https://api.openai.com/v1
+    python training/evaluate.py --env market          # the GPU market -> artifacts/eval_market.json
 
 Model players (``--buyer-model`` / ``--seller-model``: ``tiny``, a local path or a Hub id; with
 ``--base-url`` a model served behind an OpenAI-compatible endpoint, key from ``$OPENAI_API_KEY``)
@@ -248,8 +249,72 @@ def annotate_targets(path: str) -> dict:
     return checks
 
 
+@dataclass
+class MarketEvalConfig:
+    env: str = field(default="market", metadata={"help": "market (this config) or bargain"})
+    tasks: str = field(default="all", metadata={"help": "comma list or all: single_trade, market_round, "
+                                                        "coalition_market"})
+    policies: str = field(default="all", metadata={"help": "comma list or all (the expert, the baselines, idle)"})
+    episodes: int = field(default=500, metadata={"help": "held-out seeds per task x policy"})
+    seed_base: int = field(default=1_000_000, metadata={"help": "first evaluation seed (training uses lower ones)"})
+    out: str = field(default="artifacts/eval_market.json", metadata={"help": "artifact JSON path"})
+    transcripts: str = field(default="artifacts/transcripts/eval_market.jsonl",
+                             metadata={"help": "one judged game per task, JSONL ('' for none)"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+    def __post_init__(self):
+        from env.market import POLICIES, TASKS  # noqa: PLC0415
+        if self.env != "market":
+            raise ValueError(f"--env must be market here, got {self.env!r}")
+        self.task_names = parse_names(self.tasks, TASKS, "task")
+        self.policy_names = parse_names(self.policies, POLICIES, "policy")
+        if self.episodes < 2:
+            raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {self.episodes}")
+        if self.seed_base < 0:
+            raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
+
+
+def run_market(config: MarketEvalConfig, command: str | None = None) -> dict:
+    """Every task x policy over held-out seeds -> ``artifacts/eval_market.json`` (+ judged transcripts)."""
+    from tqdm.auto import tqdm  # noqa: PLC0415
+
+    from env.market.evaluation import evaluate, transcript  # noqa: PLC0415
+    from env.market.players import make_policy  # noqa: PLC0415
+
+    start = time.perf_counter()
+    total = len(config.task_names) * len(config.policy_names) * config.episodes
+    with tqdm(total=total, desc="market", unit="episode", disable=not config.progress, file=sys.stderr) as bar:
+        rows, judged = evaluate(config.task_names, {p: (lambda p=p: make_policy(p)) for p in config.policy_names},
+                                config.episodes, config.seed_base, on_episode=lambda: bar.update(1))
+    cfg = {k: v for k, v in asdict(config).items() if k != "progress"}
+    seeds = {"base": config.seed_base, "episodes": config.episodes, "rule": "episode k of every cell: seed base + k"}
+    artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+    if config.out:
+        write_json(config.out, artifact)
+    if config.transcripts and judged:
+        write_jsonl(config.transcripts, [transcript(env, config.policy_names[0]) for env in judged.values()])
+    return artifact
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--env" in argv and argv[argv.index("--env") + 1:][:1] == ["market"]:
+        from transformers import HfArgumentParser  # noqa: PLC0415
+
+        from env.market.evaluation import format_market_table  # noqa: PLC0415
+        parser = HfArgumentParser(MarketEvalConfig)
+        try:
+            (config,) = parser.parse_args_into_dataclasses(args=argv)
+        except ValueError as exc:
+            parser.error(str(exc))
+        artifact = run_market(config)
+        print(format_market_table(artifact["rows"]))
+        return artifact
+    if "--env" in argv:  # --env bargain: the default evaluation
+        i = argv.index("--env")
+        if argv[i + 1:][:1] != ["bargain"]:
+            raise SystemExit("--env must be bargain or market")
+        del argv[i:i + 2]
     if argv[:1] == ["--check_targets"]:  # python training/evaluate.py --check_targets artifacts/eval_results.json
         if len(argv) != 2:
             raise SystemExit("usage: python training/evaluate.py --check_targets ARTIFACT.json")

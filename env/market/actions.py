@@ -145,7 +145,3 @@ def validate(obj) -> dict | Invalid:
             return Invalid("bad_value", f"{name}: bad value for {k!r}")
     return dict(obj)
 
-
-def render_action(action: dict) -> str:
-    """The canonical one-line JSON of an action (what a transcript shows)."""
-    return json.dumps(action, separators=(", ", ": "))

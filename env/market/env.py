@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 
 from env.market import rules
-from env.market.actions import Invalid, parse_action, render_action, validate
+from env.market.actions import Invalid, parse_action, validate
 from env.market.judge import Judge, PitchFacts, RubricJudge
 from env.market.rules import EPS
 from env.market.world import ACTIONS_PER_TURN, PROVIDER, Block, World, make_world

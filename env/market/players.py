@@ -246,7 +246,8 @@ class Expert(MarketPlayer):
         return {"action": "reject", "offer": offer["id"]}
 
     def acquire(self, v: View) -> dict | None:
-        market, open_out = v.obs["market"], {o["block"] for o in v.outgoing()}
+        market = v.obs["market"]
+        asking = any(o["side"] == "buy" for o in v.outgoing())  # one request at a time: never buy twice
         for job, lack in v.lacking():
             if job.value / job.need <= v.energy:  # not worth any capacity
                 continue
@@ -258,16 +259,18 @@ class Expert(MarketPlayer):
                     and v.round < 3:
                 continue  # give the coalition a chance before buying dearer
             for b in sorted((b for b in v.obs["blocks"] if b["owner"] != v.me and b["start"] <= job.deadline
-                             and b["hours"] > EPS and b["id"] not in open_out), key=lambda b: -b["hours"]):
+                             and b["hours"] > EPS and not asking), key=lambda b: -b["hours"]):
                 key = (v.round, b["id"])
                 if key in self.tried:
                     continue
                 self.tried.add(key)
                 hours = round(min(lack, b["hours"]), 2)
                 price = round(hours * v.spot * 0.8, 2)
-                if price <= v.money and v.gain(b, hours, -price) > 0:
-                    return {"action": "offer", "to": b["owner"], "side": "buy", "block": b["id"], "hours": hours,
-                            "price": price}
+                if price <= v.money and v.gain(b, hours, -price) > 0:  # an honest pitch: the judge checks the ask
+                    return {"action": "pitch", "to": b["owner"], "ask": {"job": job.id, "block": b["id"],
+                                                                         "hours": hours, "price": price},
+                            "text": f"Job {job.id} lacks {lack:g} GPU-hours and must finish by round "
+                                    f"{job.deadline}; we offer ${price:g} for {hours:g} GPU-hours of {b['id']}."}
             if market["spot_hours"] > EPS and v.round >= 1:  # labs first; the spot market is the fallback
                 hours = round(min(lack, market["spot_hours"]), 2)
                 if hours * v.spot <= v.money and v.gain({"start": v.round, "energy": 1.0}, hours, -hours * v.spot) > 0:
