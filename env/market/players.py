@@ -312,37 +312,41 @@ class Expert(MarketPlayer):
 
 
 # ---------------------------------------------------------------------- baselines
-class AlwaysAccept(MarketPlayer):
-    """Accepts every offer it can pay for; runs covered jobs; otherwise waits."""
-
-    name = "always_accept"
-
-    def act(self, obs: dict) -> dict:
-        v = View(obs)
-        for offer in v.incoming():
-            if offer["side"] == "buy" or offer["price"] <= v.money:
-                return {"action": "accept", "offer": offer["id"]}
-            return {"action": "reject", "offer": offer["id"]}
-        return v.allocation() or WAIT
-
-
-class Hoarder(MarketPlayer):
-    """Buys all the capacity it can (spot first, then every lab's blocks at spot price), never sells."""
-
-    name = "hoarder"
+class SimpleTrader(MarketPlayer):
+    """A baseline's skeleton: answer offers by a fixed rule, run covered jobs, then ``move``."""
 
     def reset(self, obs: dict, rng: random.Random) -> None:
         super().reset(obs, rng)
         self.tried: set = set()
 
+    def accepts(self, v: View, offer: dict) -> bool:
+        return offer["side"] == "buy" or offer["price"] <= v.money
+
     def act(self, obs: dict) -> dict:
         v = View(obs)
         for offer in v.incoming():
-            ok = offer["side"] == "sell" and offer["price"] <= v.money
-            return {"action": "accept" if ok else "reject", "offer": offer["id"]}
-        move = v.allocation()
-        if move:
-            return move
+            return {"action": "accept" if self.accepts(v, offer) else "reject", "offer": offer["id"]}
+        return v.allocation() or self.move(v, obs) or WAIT
+
+    def move(self, v: View, obs: dict) -> dict | None:
+        return None
+
+
+class AlwaysAccept(SimpleTrader):
+    """Accepts every offer it can pay for; runs covered jobs; otherwise waits."""
+
+    name = "always_accept"
+
+
+class Hoarder(SimpleTrader):
+    """Buys all the capacity it can (spot first, then every lab's blocks at spot price), never sells."""
+
+    name = "hoarder"
+
+    def accepts(self, v: View, offer: dict) -> bool:
+        return offer["side"] == "sell" and offer["price"] <= v.money
+
+    def move(self, v: View, obs: dict) -> dict | None:
         spot = obs["market"]["spot_hours"]
         if spot > EPS and v.money >= v.spot:
             return {"action": "buy_spot", "hours": round(min(spot, v.money / v.spot * 0.99), 2)}
@@ -353,7 +357,7 @@ class Hoarder(MarketPlayer):
                 if price <= v.money:
                     return {"action": "offer", "to": b["owner"], "side": "buy", "block": b["id"], "hours": b["hours"],
                             "price": price}
-        return WAIT
+        return None
 
 
 class NoNegotiation(MarketPlayer):
@@ -369,24 +373,13 @@ STUFFING = ("critical urgent breakthrough safety alignment frontier priority ess
             "world-class transformative")
 
 
-class NaivePitcher(MarketPlayer):
+class NaivePitcher(SimpleTrader):
     """Pitches for whatever its jobs lack with buzzwords and a lowball price, and accepts any
     answer it can pay for."""
 
     name = "naive_pitcher"
 
-    def reset(self, obs: dict, rng: random.Random) -> None:
-        super().reset(obs, rng)
-        self.tried: set = set()
-
-    def act(self, obs: dict) -> dict:
-        v = View(obs)
-        for offer in v.incoming():
-            ok = offer["side"] == "buy" or offer["price"] <= v.money
-            return {"action": "accept" if ok else "reject", "offer": offer["id"]}
-        move = v.allocation()
-        if move:
-            return move
+    def move(self, v: View, obs: dict) -> dict | None:
         for job, lack in v.lacking():
             for b in obs["blocks"]:
                 if b["owner"] != v.me and b["hours"] >= lack and (v.round, b["id"]) not in self.tried:
@@ -394,7 +387,7 @@ class NaivePitcher(MarketPlayer):
                     return {"action": "pitch", "to": b["owner"], "text": f"Please, this is {STUFFING}.",
                             "ask": {"job": job.id, "block": b["id"], "hours": round(lack, 2),
                                     "price": round(lack * v.spot * 0.3, 2)}}
-        return WAIT
+        return None
 
 
 class RandomValid(MarketPlayer):
@@ -423,24 +416,13 @@ class RandomValid(MarketPlayer):
         return rng.choice(moves)
 
 
-class GreedyBidder(MarketPlayer):
+class GreedyBidder(Hoarder):
     """Bids 1.5x spot for everything its jobs lack, from every lab at once, and takes spot
     capacity whatever the job is worth."""
 
     name = "greedy_bidder"
 
-    def reset(self, obs: dict, rng: random.Random) -> None:
-        super().reset(obs, rng)
-        self.tried: set = set()
-
-    def act(self, obs: dict) -> dict:
-        v = View(obs)
-        for offer in v.incoming():
-            ok = offer["side"] == "sell" and offer["price"] <= v.money
-            return {"action": "accept" if ok else "reject", "offer": offer["id"]}
-        move = v.allocation()
-        if move:
-            return move
+    def move(self, v: View, obs: dict) -> dict | None:
         for job, lack in v.lacking():
             spot = obs["market"]["spot_hours"]
             if spot > EPS and lack * v.spot <= v.money:
@@ -453,7 +435,7 @@ class GreedyBidder(MarketPlayer):
                     if price <= v.money:
                         return {"action": "offer", "to": b["owner"], "side": "buy", "block": b["id"],
                                 "hours": hours, "price": price}
-        return WAIT
+        return None
 
 
 class Idle(MarketPlayer):
