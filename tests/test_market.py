@@ -21,15 +21,9 @@ from env.market.players import (BASELINES, EXPLOITS, STUFFING, Counterpart, Mark
 TASK_NAMES = list(TASKS)
 
 
-def utility(env: MarketEnv, lab: int) -> float:
-    """A lab's utility as its own valuation sees it: money plus what its holdings can still earn."""
-    w = env.world
-    me = w.labs[lab]
-    held = rules.holdings(w.blocks.values(), lab)
-    return me.money + rules.holdings_value(me.jobs, held, env.round, w.energy_price, me.money)
-
-
-def play_checked(task: str, seed: int, policy: MarketPlayer, on_step=None) -> MarketEnv:
+def play_checked(task: str, seed: int, policy: MarketPlayer, on_step=None, before_step=None) -> MarketEnv:
+    """Play an episode like ``play_market``, calling ``before_step(env, lab, action)`` and
+    ``on_step(env, lab, action, result)`` around every step."""
     env = MarketEnv()
     env.reset(task, seed)
     players = [policy if i == 0 else Counterpart(lab.archetype) for i, lab in enumerate(env.world.labs)]
@@ -38,17 +32,18 @@ def play_checked(task: str, seed: int, policy: MarketPlayer, on_step=None) -> Ma
     while not env.done:
         lab = env.to_move
         action = players[lab].act(env.observe(lab))
-        before = utility(env, lab)
+        if before_step:
+            before_step(env, lab, action)
         result = env.step(action)
         if on_step:
-            on_step(env, lab, action, result, before)
+            on_step(env, lab, action, result)
     return env
 
 
 # ---------------------------------------------------------------------- invariants
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_money_and_gpu_hours_are_conserved_at_every_step_over_1000_episodes(task):
-    def check(env, lab, action, result, before):
+    def check(env, lab, action, result):
         led = env.ledger()
         assert abs(led["money"] - led["money_start"]) < 1e-6, (task, led)
         assert abs(led["hours"] - led["hours_start"]) < 1e-6, (task, led)
@@ -75,7 +70,7 @@ def test_reward_terms_add_up_to_the_outcome_and_the_dense_rewards(task):
     for seed in range(60):
         dense = [0.0] * TASKS[task].labs
 
-        def add(env, lab, action, result, before):
+        def add(env, lab, action, result):
             for i, r in result.rewards.items():
                 dense[i] += r
 
@@ -103,7 +98,7 @@ def test_doing_nothing_earns_exactly_zero_in_every_term(task):
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_no_lab_ever_sees_another_labs_money_jobs_archetype_or_true_need(task):
     for seed in range(40):
-        def check(env, lab, action, result, before):
+        def check(env, lab, action, result):
             for viewer in range(env.labs):
                 obs = env.observe(viewer, consume_events=False)
                 text = json.dumps(obs)
@@ -148,23 +143,17 @@ def trade_gain_now(env: MarketEnv, lab: int, action: dict) -> float | None:
 def test_counterparts_never_accept_a_trade_or_commitment_that_lowers_their_utility(task):
     """Every accept and commit of a scripted lab, whatever it faces, raises its true utility."""
     checked = {"accept": 0, "commit": 0}
+
+    def check(env, lab, action):
+        if lab != 0 and action["action"] in checked:
+            gain = trade_gain_now(env, lab, action)
+            if gain is not None:
+                checked[action["action"]] += 1
+                assert gain > 0, f"{env.world.labs[lab].archetype} loses {gain:.2f} on {action}"
+
     for seed in range(150):
         for name in ["always_accept", "random_valid", "free_rider", "spammer", "keyword_stuffer", "expert"]:
-            env = MarketEnv()
-            env.reset(task, seed)
-            players = [make_policy(name) if i == 0 else Counterpart(lab.archetype)
-                       for i, lab in enumerate(env.world.labs)]
-            for i, p in enumerate(players):
-                p.reset(env.observe(i, consume_events=False), seat_rng(task, seed, i))
-            while not env.done:
-                lab = env.to_move
-                action = players[lab].act(env.observe(lab))
-                if lab != 0 and action["action"] in checked:
-                    gain = trade_gain_now(env, lab, action)
-                    if gain is not None:
-                        checked[action["action"]] += 1
-                        assert gain > 0, f"{env.world.labs[lab].archetype} loses {gain:.2f} on {action}"
-                env.step(action)
+            play_checked(task, seed, make_policy(name), before_step=check)
     assert checked["accept"] > 50, checked
     if task == "coalition_market":
         assert checked["commit"] > 20, checked

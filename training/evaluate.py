@@ -292,7 +292,7 @@ def run_market(config: MarketEvalConfig, command: str | None = None) -> dict:
     if config.out:
         write_json(config.out, artifact)
     if config.transcripts and judged:
-        write_jsonl(config.transcripts, [transcript(env, config.policy_names[0]) for env in judged.values()])
+        write_jsonl(config.transcripts, [transcript(env, policy) for policy, env in judged.values()])
     return artifact
 
 

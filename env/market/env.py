@@ -241,7 +241,7 @@ class MarketEnv:
 
     def _money_total(self) -> float:
         w = self.world
-        escrow = sum(sum(c.escrow.values()) for c in self.coalitions.values()) if hasattr(self, "coalitions") else 0
+        escrow = sum(sum(c.escrow.values()) for c in self.coalitions.values())
         return sum(lab.money for lab in w.labs) + w.provider_money + w.grid_money + escrow
 
     def _hours_total(self) -> float:

@@ -8,12 +8,12 @@ import math
 import statistics
 from typing import Callable
 
+from env.evaluation import Z95, _mean
 from env.market.env import MarketEnv
 from env.market.play import play_market
 from env.market.players import MarketPlayer
 
 MARKET_EVAL_SEED_BASE = 1_000_000  # training draws its seeds below this
-Z95 = 1.959964
 
 
 def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
@@ -47,15 +47,11 @@ def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
     }
 
 
-def _mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 def evaluate(tasks: list[str], policies: dict[str, Callable[[], MarketPlayer]], episodes: int,
              seed_base: int = MARKET_EVAL_SEED_BASE, on_episode: Callable[[], None] | None = None
-             ) -> tuple[list[dict], dict[str, MarketEnv]]:
-    """Rows for every task x policy, and per task one finished game of the first policy with a
-    judged pitch (for the transcripts)."""
+             ) -> tuple[list[dict], dict[str, tuple[str, MarketEnv]]]:
+    """Rows for every task x policy, and per task the first finished game with a judged pitch,
+    with the policy that played it (for the transcripts)."""
     rows, judged = [], {}
     for task in tasks:
         for name, make in policies.items():
@@ -64,7 +60,7 @@ def evaluate(tasks: list[str], policies: dict[str, Callable[[], MarketPlayer]], 
                 env = play_market(task, seed_base + k, make())
                 envs.append(env)
                 if task not in judged and any(o.text for o in env.offers.values()):
-                    judged[task] = env
+                    judged[task] = (name, env)
                 if on_episode:
                     on_episode()
             rows.append(summarize(task, name, envs))

@@ -1,5 +1,5 @@
-"""Play whole market episodes: one policy in a seat (lab 0 by default), the world's archetypes
-in the other seats."""
+"""Play whole market episodes: the policy under test in lab 0, the world's archetypes in the
+other seats."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ def seat_rng(task: str, seed: int, lab: int) -> random.Random:
     return random.Random(f"market-player/{task}/{seed}/{lab}")
 
 
-def play_market(task: str, seed: int, policy: MarketPlayer, seat: int = 0, env: MarketEnv | None = None,
-                others: dict[int, MarketPlayer] | None = None) -> MarketEnv:
+def play_market(task: str, seed: int, policy: MarketPlayer, env: MarketEnv | None = None) -> MarketEnv:
     """Play one episode to the end and return the finished environment (outcomes, transcript)."""
     env = env or MarketEnv()
     env.reset(task, seed)
     players: list[MarketPlayer] = []
     for i, lab in enumerate(env.world.labs):
-        player = policy if i == seat else (others or {}).get(i) or Counterpart(lab.archetype)
+        player = policy if i == 0 else Counterpart(lab.archetype)
         player.reset(env.observe(i, consume_events=False), seat_rng(task, seed, i))
         players.append(player)
     for _ in range(MAX_STEPS):

@@ -47,7 +47,7 @@ class View:
         return next((b for b in self.obs["blocks"] if b["id"] == bid), None)
 
     def lacking(self) -> list[tuple[Job, float]]:
-        """Open jobs still short of hours and worth buying for at spot, most valuable first."""
+        """Open jobs still short of hours, with what they lack, most valuable per missing hour first."""
         lack = rules.shortfall(self.jobs, self.held, self.round)
         out = [(j, lack[j.id]) for j in self.jobs if lack.get(j.id, 0) > EPS]
         return sorted(out, key=lambda x: -x[0].value / x[0].need)
