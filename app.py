@@ -10,6 +10,7 @@ below the UI are also named API endpoints (``gradio_client``, and MCP with ``gra
 
 import functools
 import inspect
+import json
 import os
 import random
 import time
@@ -18,19 +19,25 @@ from pathlib import Path
 import gradio as gr
 
 from env.evaluation import EVAL_SEED_BASE, summarize_row
+from env.market import ACTION_SCHEMA, POLICIES, TASKS as MARKET_TASKS, make_policy, play_market
+from env.market.actions import ACTION_DOCS
+from env.market.evaluation import MARKET_EVAL_SEED_BASE, summarize as summarize_market
 from env.play import play_metrics
 from env.players import BUYERS, SELLERS, make_player
 from env.protocol import REASONING_MODES
 from env.rules import BUYER, SELLER
 from env.scenarios import get_split, load_scenarios
 from space import figures as F
+from space import market as M
 from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, advance_steps, available_sources, \
     check_seed, choices, test_scenarios, view
 from space.model import ENV_VAR, load_seat, model_label
 
 ROOT = Path(__file__).resolve().parent
 GAMES = GameStore(model_loader=load_seat)
+MARKETS = M.MarketGames()
 MAX_EVAL_EPISODES = {"scripted": 5000, MODEL: 20}
+MAX_MARKET_EPISODES = 2000
 SELLER_MIX = "mix"
 PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
 
@@ -160,6 +167,67 @@ def list_artifacts() -> list[dict]:
     return F.list_artifacts()
 
 
+# ---------------------------------------------------------------------- API: the GPU market
+@_clear_errors
+def market_start(task: str = "single_trade", policy: str = "human", seed: int = 0,
+                 counterparts: str = M.WORLD) -> dict:
+    """Start a GPU-market game in its own session. task: single_trade, market_round or
+    coalition_market. policy plays lab 0: the rule 'expert', a baseline, or 'human' (you act
+    with market_act). counterparts: 'world' (archetypes drawn from the seed) or one archetype for
+    every other lab. Returns the state with its session_id; while you play you see lab 0's view."""
+    return MARKETS.start(task=task, policy=policy, seed=seed, counterparts=counterparts)
+
+
+@_clear_errors
+def market_act(session_id: str, action: str) -> dict:
+    """Your action as lab 0 in the market game of session_id: one JSON object of the action
+    schema (market_schema), e.g. {"action": "buy_spot", "hours": 20}. The other labs then act
+    until it is your turn again. Returns the new state."""
+    return MARKETS.act(session_id, action)
+
+
+@_clear_errors
+def market_state(session_id: str) -> dict:
+    """The current state of the market game of session_id, as its player may see it."""
+    return MARKETS.state(session_id)
+
+
+@_clear_errors
+def market_play(task: str = "coalition_market", policy: str = "expert", seed: int = 0,
+                counterparts: str = M.WORLD) -> dict:
+    """Play a whole market game with a scripted policy in lab 0 and return every round's
+    actions, the shocks, the judged pitches with the judge's reasons, the coalitions and every
+    lab's reward terms."""
+    if policy == M.HUMAN:
+        raise GameError("market_play is agents only; use market_start and market_act to play yourself")
+    return M.view(MARKETS.new_game(task=task, policy=policy, seed=seed, counterparts=counterparts))
+
+
+@_clear_errors
+def market_evaluate(policy: str = "expert", task: str = "single_trade", episodes: int = 200,
+                    seed: int = MARKET_EVAL_SEED_BASE, counterparts: str = M.WORLD) -> dict:
+    """Evaluate a scripted policy in lab 0 for N games of a task, seeds seed, seed+1, ...: the
+    market evaluation artifact's row (mean reward, std, 95% CI, deals, job completion,
+    coalitions, pitches, behaviour under shocks)."""
+    seed = check_seed(seed)
+    M.check_choice(policy, POLICIES, "policy")
+    M.check_choice(task, MARKET_TASKS, "task")
+    M.check_choice(counterparts, M.COUNTERPARTS, "counterparts")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_MARKET_EPISODES:
+        raise GameError(f"episodes must be a whole number from 1 to {MAX_MARKET_EPISODES}; got {episodes!r}")
+    other = None if counterparts == M.WORLD else counterparts
+    envs = [play_market(task, seed + k, make_policy(policy), counterparts=other) for k in range(episodes)]
+    return {**summarize_market(task, policy, envs), "seeds": f"{seed}..{seed + episodes - 1}",
+            "counterparts": counterparts}
+
+
+def market_schema() -> dict:
+    """The market's action language (the JSON schema and what each action does), the reward terms,
+    and the tasks."""
+    return {"schema": ACTION_SCHEMA, "actions": ACTION_DOCS, "reward_terms": M.REWARD_TEXT,
+            "tasks": {name: M.task_line(name) for name in MARKET_TASKS}}
+
+
 # ---------------------------------------------------------------------- UI helpers
 def scenario_stats() -> list[list]:
     """Rows: source, products, mutual, conflicting, categories, test products."""
@@ -233,6 +301,47 @@ def ui_send(session, action, price, talk):
         *outs, controls = _game_outputs(state)
         # the controls change only when the person may move again or the game is over
         yield (*outs, controls if state["done"] or state["to_move"] == state["you"] else gr.skip(), "")
+
+
+def _market_outputs(state: dict):
+    """State -> (card, rounds, outcome, person's controls visible)."""
+    outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
+    return M.card_markdown(state), M.rounds_markdown(state), outcome, gr.update(visible=bool(state["you"])
+                                                                               and not state["done"])
+
+
+@_clear_errors
+def ui_market_start(task, policy, counterparts, seed, old_session):
+    """Start a market game and show it round by round (paced so it can be followed)."""
+    if old_session:
+        MARKETS.end(old_session)
+    seed = random.randrange(10**6) if seed is None else seed
+    game = MARKETS.add(MARKETS.new_game(task=task, policy=policy, counterparts=counterparts, advance=False,
+                                        seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed))
+    with game.lock:
+        yield (game.id, *_market_outputs(M.view(game)))
+        for _ in M.advance_steps(game, per_round=True):
+            time.sleep(PACE_S)
+            yield (game.id, *_market_outputs(M.view(game)))
+
+
+@_clear_errors
+def ui_market_send(session, action):
+    if not session:
+        raise GameError("start a market game first")
+    for k, state in enumerate(MARKETS.act_steps(session, action)):
+        if k:
+            time.sleep(PACE_S)
+        yield _market_outputs(state)
+
+
+def ui_market_template(name: str) -> str:
+    return json.dumps(M.TEMPLATES.get(name, {"action": "wait"}))
+
+
+def ui_market_eval():
+    return F.market_bars(), F.market_shocks(), F.market_table(), F.provenance_line(F.read_artifact(F.MARKET_EVAL),
+                                                                                  F.MARKET_EVAL)
 
 
 def _pairs(after: str) -> list:
@@ -312,6 +421,12 @@ while not state["done"]:
                            talk="Would this work?", api_name="/send_reply")
 print(state["outcome"]["explanation"])
 print(client.predict(buyer="expert", seller="mix", episodes=100, api_name="/evaluate_policy")["reward_mean"])
+
+# the GPU market: you play lab 0 with JSON actions (client.predict(api_name="/market_schema") lists them)
+game = client.predict(task="market_round", policy="human", seed=3, api_name="/market_start")
+game = client.predict(session_id=game["session_id"], action='{{"action": "buy_spot", "hours": 20}}',
+                      api_name="/market_act")
+print(game["your_steps"][-1]["detail"], "| money left:", game["observation"]["money"])
 ```"""
 
 
@@ -362,6 +477,45 @@ def build() -> gr.Blocks:
                            api_visibility="private")
                 talk.submit(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
                             api_visibility="private")
+            with gr.Tab("GPU market", id="market"):
+                gr.Markdown("AI labs with private budgets and jobs trade scarce GPU capacity in rounds: offers, "
+                            "pitches scored by a judge, spot purchases, coalitions that buy a volume lot together, "
+                            "and market shocks. Lab 0 is played by the policy you choose (or by you); the other labs "
+                            "are scripted counterparts that only trade when it pays them.\n\n"
+                            + "\n".join(f"- `{n}`: {M.task_line(n)}" for n in MARKET_TASKS))
+                m_session = gr.State("")
+                with gr.Row():
+                    m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task")
+                    m_policy = gr.Dropdown(list(M.POLICY_CHOICES), value="expert", label="Lab 0 (policy)",
+                                           elem_id="market-policy")
+                    m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
+                    m_seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="market-seed")
+                m_start = gr.Button("Start market game", variant="primary", elem_id="market-start")
+                m_card = gr.Markdown(elem_id="market-card")
+                with gr.Group(visible=False) as m_controls:
+                    with gr.Row():
+                        m_template = gr.Dropdown(list(M.TEMPLATES), value="wait", label="Start from an example",
+                                                 elem_id="market-template")
+                        m_action = gr.Textbox(ui_market_template("wait"), lines=2, label="Your action (one JSON object "
+                                              "of the schema below; ids from your view)", elem_id="market-action")
+                    m_send = gr.Button("Act", variant="primary", elem_id="market-send")
+                m_rounds = gr.Markdown(elem_id="market-rounds")
+                m_outcome = gr.Markdown(elem_id="market-outcome")
+                with gr.Accordion("Reward terms and the action schema", open=False):
+                    gr.Markdown(M.REWARD_MD + "\n\n**Actions** (one JSON object per step; a reply that is not "
+                                "one gets a reason code and the penalty):\n\n" + M.ACTIONS_TABLE)
+                    gr.JSON(ACTION_SCHEMA, label="ACTION_SCHEMA (env/market/actions.py)")
+                gr.Markdown("### Evaluation (`artifacts/eval_market.json`, held-out seeds)")
+                m_prov = gr.Markdown()
+                m_bars = gr.Plot(label="reward per policy and task")
+                m_shock = gr.Plot(label="under shocks")
+                m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows")
+                m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
+                m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
+                              [m_session, m_card, m_rounds, m_outcome, m_controls], api_visibility="private")
+                m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_controls],
+                             api_visibility="private")
+                demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
             with gr.Tab("Evaluation", id="evaluation"):
                 with gr.Row():
                     eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
@@ -424,8 +578,9 @@ def build() -> gr.Blocks:
     return demo
 
 
-QUEUED = (evaluate_policy,)  # long runs wait in the queue; game moves answer directly
-API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluate_policy, read_artifact,
+QUEUED = (evaluate_policy, market_evaluate)  # long runs wait in the queue; game moves answer directly
+API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluate_policy, market_start, market_act,
+       market_state, market_play, market_evaluate, market_schema, read_artifact,
        list_artifacts)
 
 

@@ -316,3 +316,67 @@ def transcript_messages(t: dict) -> list[dict]:
                 + (f" at ${m['price']:,.2f}" if m.get("price") is not None else "")
                 + f"; buyer reward {m['reward']:+.3f}.*"})
     return out
+
+
+# ---------------------------------------------------------------------- the GPU market
+MARKET_EVAL = "eval_market.json"
+MARKET_COLUMNS = ["policy", "task", "episodes", "reward", "95% CI", "std", "jobs completed", "deal rate",
+                  "in a bought coalition", "pitch score", "invalid actions"]
+
+
+def market_rows(name: str = MARKET_EVAL) -> list[dict]:
+    return (read_artifact(name) or {}).get("rows", [])
+
+
+def market_bars(name: str = MARKET_EVAL) -> go.Figure:
+    """Mean reward per policy, one group per task, with the 95% CI as whiskers."""
+    rows = market_rows(name)
+    if not rows:
+        return _empty("GPU market: reward per policy", f"no rows in artifacts/{name} "
+                                                       "(python training/evaluate.py --env market)")
+    fig = go.Figure()
+    for task in dict.fromkeys(r["task"] for r in rows):
+        part = [r for r in rows if r["task"] == task]
+        fig.add_bar(name=task, x=[r["policy"] for r in part], y=[r["reward_mean"] for r in part],
+                    customdata=[[r["episodes"], r["reward_ci95"][0], r["reward_ci95"][1]] for r in part],
+                    hovertemplate="%{x}: %{y:+.3f} [%{customdata[1]:+.3f}, %{customdata[2]:+.3f}], "
+                                  "%{customdata[0]} episodes",
+                    error_y={"type": "data", "symmetric": False,
+                             "array": [r["reward_ci95"][1] - r["reward_mean"] for r in part],
+                             "arrayminus": [r["reward_mean"] - r["reward_ci95"][0] for r in part]})
+    fig.update_layout(barmode="group", title=f"GPU market: mean reward of lab 0 per policy and task (95% CI) — {name}",
+                      yaxis_title="reward = outcome / total job value", height=420)
+    return fig
+
+
+def market_shocks(name: str = MARKET_EVAL) -> go.Figure:
+    """Mean reward in the games each shock kind hit, per policy (tasks with shocks pooled per row)."""
+    rows = [r for r in market_rows(name) if r.get("under_shocks")]
+    if not rows:
+        return _empty("GPU market: behaviour under shocks", f"no games with shocks in artifacts/{name}")
+    kinds = sorted({k for r in rows for k in r["under_shocks"]})
+    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[k.replace("_", " ") for k in kinds], shared_yaxes=True)
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    for t_i, task in enumerate(tasks):
+        part = [r for r in rows if r["task"] == task]
+        for col, kind in enumerate(kinds, start=1):
+            cells = [r["under_shocks"].get(kind) or {} for r in part]
+            fig.add_bar(name=task, legendgroup=task, showlegend=col == 1, x=[r["policy"] for r in part],
+                        y=[c.get("reward_mean") for c in cells], marker_color=["#1f77b4", "#ff7f0e", "#2ca02c"][t_i % 3],
+                        customdata=[c.get("episodes") for c in cells],
+                        hovertemplate="%{x}: %{y:+.3f} over %{customdata} games hit<extra>" + task + "</extra>",
+                        row=1, col=col)
+    fig.update_layout(barmode="group", title=f"GPU market: mean reward in the games each shock hit — {name}",
+                      height=420)
+    return fig
+
+
+def market_table(name: str = MARKET_EVAL) -> list[list]:
+    out = []
+    for r in market_rows(name):
+        lo, hi = r["reward_ci95"]
+        out.append([r["policy"], r["task"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
+                    _f(r["reward_std"], "{:.3f}"), _f(r["job_completion_rate"], "{:.1%}"), _f(r["deal_rate"], "{:.1%}"),
+                    _f(r["coalition_bought_rate"], "{:.1%}"), _f(r.get("pitch_score_mean"), "{:.2f}"),
+                    _f(r["invalid_rate"], "{:.1%}")])
+    return out

@@ -26,6 +26,7 @@ from env.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REASONING_MODES, REJEC
     format_price, parse_reply
 from env.rules import BUYER, OTHER, SELLER, bargained_ratio
 from env.scenarios import Scenario, get_split, resolve_source
+from space.sessions import GameError, SessionStore
 
 HUMAN = "human"
 MODEL = "model"
@@ -33,10 +34,6 @@ SOURCES = ("builtin", "amazon")
 HUMAN_ACTIONS = ("offer", "accept", "reject", "quit")
 MAX_TURNS_LIMIT = 20
 MAX_SEED = 2**63 - 1
-
-
-class GameError(ValueError):
-    """Bad input or an unknown session: the message says what to change."""
 
 
 def available_sources() -> list[str]:
@@ -103,17 +100,12 @@ class Game:
         return next((r for r in (BUYER, SELLER) if self.seats[r] is None), None)
 
 
-class GameStore:
-    """Live games by session id, bounded in number, forgotten after ``idle_s`` without a move."""
+class GameStore(SessionStore):
+    """Live bilateral games by session id, bounded in number, forgotten after ``idle_s`` without a move."""
 
     def __init__(self, model_loader=None, max_sessions: int = 1000, idle_s: float = 1800.0):
+        super().__init__(max_sessions, idle_s)
         self.model_loader = model_loader or _no_model
-        self.max_sessions, self.idle_s = max_sessions, idle_s
-        self._games: dict[str, Game] = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._games)
 
     # ------------------------------------------------------------------ lifecycle
     def new_game(self, source: str = "builtin", buyer: str = "expert", seller: str = "neutral",
@@ -145,25 +137,6 @@ class GameStore:
         """Start a game in a new session; returns its state (with ``session_id``)."""
         return view(self.add(self.new_game(**kwargs)))
 
-    def add(self, game: Game) -> Game:
-        """Keep ``game`` under its session id (refused past ``max_sessions`` live games)."""
-        with self._lock:
-            self._expire()
-            if len(self._games) >= self.max_sessions:
-                raise GameError(f"the Space is at its limit of {self.max_sessions} live games; "
-                                f"try again in a few minutes")
-            self._games[game.id] = game
-        return game
-
-    def get(self, session_id: str) -> Game:
-        with self._lock:
-            game = self._games.get(session_id) if isinstance(session_id, str) else None
-        if game is None:
-            raise GameError(f"unknown session id {str(session_id)[:64]!r}: it never existed or expired after "
-                            f"{self.idle_s / 60:.0f} idle minutes; start a new game")
-        game.touched = time.monotonic()
-        return game
-
     def state(self, session_id: str) -> dict:
         game = self.get(session_id)
         with game.lock:
@@ -188,15 +161,6 @@ class GameStore:
             yield view(game)
             for _ in advance_steps(game):
                 yield view(game)
-
-    def end(self, session_id: str) -> None:
-        with self._lock:
-            self._games.pop(session_id, None)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for sid in [s for s, g in self._games.items() if now - g.touched > self.idle_s]:
-            del self._games[sid]
 
 
 def _no_model(role: str, mode: str):

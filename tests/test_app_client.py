@@ -7,10 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from gradio_client import Client
 
+from env.market import make_policy, play_market
 from space.games import GameStore
+from tests.test_space_market import expert_person
 
 ENDPOINTS = {"/list_scenarios", "/start_game", "/send_reply", "/game_state", "/play_episode", "/evaluate_policy",
-             "/read_artifact", "/list_artifacts"}
+             "/read_artifact", "/list_artifacts", "/market_start", "/market_act", "/market_state", "/market_play",
+             "/market_evaluate", "/market_schema"}
 
 
 @pytest.fixture(scope="module")
@@ -148,4 +151,62 @@ def test_the_pages_client_example_works_when_copied(url, capsys):
     code = app.api_example(url).strip().removeprefix("```python").removesuffix("```")
     exec(compile(code, "api_example", "exec"), {})
     out = capsys.readouterr().out
-    assert "Buyer budget" in out and "reward" in out
+    assert "Buyer budget" in out and "reward" in out and "bought 20 GPU-hours" in out
+
+
+class RemoteMarket:
+    """The market API through ``gradio_client``, shaped like ``MarketGames`` (start/act)."""
+
+    def __init__(self, client: Client):
+        self.client = client
+
+    def start(self, **kwargs) -> dict:
+        return self.client.predict(**kwargs, api_name="/market_start")
+
+    def act(self, session_id: str, action: str) -> dict:
+        return self.client.predict(session_id=session_id, action=action, api_name="/market_act")
+
+
+def test_market_games_through_the_api_equal_the_same_games_in_process(client):
+    for task, seed in (("single_trade", 2), ("coalition_market", 7)):
+        state, seen = expert_person(RemoteMarket(client), task, seed)
+        assert state["steps"] == play_market(task, seed, make_policy("expert")).transcript
+        assert "labs_info" not in seen[0] and "observation" in seen[0]
+        assert client.predict(session_id=state["session_id"], api_name="/market_state")["done"]
+    game = client.predict(task="market_round", policy="greedy_bidder", seed=9, api_name="/market_play")
+    assert game["steps"] == play_market("market_round", 9, make_policy("greedy_bidder")).transcript
+    row = client.predict(policy="expert", task="coalition_market", episodes=20, api_name="/market_evaluate")
+    assert row["episodes"] == 20 and row["seeds"] == "1000000..1000019"
+    assert client.predict(api_name="/market_schema")["schema"]["oneOf"]
+
+
+def test_concurrent_market_sessions_do_not_interfere(url):
+    jobs = [("market_round", 300 + i) for i in range(12)]
+
+    def one(job):
+        return expert_person(RemoteMarket(Client(url, verbose=False)), *job)[0]
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        results = list(pool.map(one, jobs))
+    assert len({r["session_id"] for r in results}) == 12
+    for (task, seed), state in zip(jobs, results):
+        assert state["steps"] == play_market(task, seed, make_policy("expert")).transcript
+
+
+@pytest.mark.parametrize("endpoint, kwargs, match", [
+    ("/market_start", {"task": "auction"}, "unknown task"),
+    ("/market_act", {"session_id": "nope", "action": '{"action": "wait"}'}, "unknown session"),
+    ("/market_evaluate", {"policy": "human"}, "unknown policy"),
+    ("/market_play", {"policy": "human"}, "agents only"),
+])
+def test_bad_market_input_is_a_clear_error(client, endpoint, kwargs, match):
+    with pytest.raises(Exception, match=match):
+        client.predict(**kwargs, api_name=endpoint)
+
+
+def test_an_unreadable_market_action_is_refused_and_the_game_goes_on(client):
+    state = client.predict(task="single_trade", policy="human", seed=4, api_name="/market_start")
+    with pytest.raises(Exception, match="not an action of the schema"):
+        client.predict(session_id=state["session_id"], action="buy everything!", api_name="/market_act")
+    after = client.predict(session_id=state["session_id"], action='{"action": "wait"}', api_name="/market_act")
+    assert after["your_steps"] == [{**after["your_steps"][0], "code": "ok"}] and len(after["your_steps"]) == 1

@@ -19,7 +19,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt install chromium)")
 
 SHOTS = Path(__file__).resolve().parent.parent / "assets" / "screenshots"
-TABS = {"At a glance": 0, "Play": 0, "Evaluation": 3, "Training": 4, "Before vs after": 0, "Environment": 0,
+TABS = {"At a glance": 0, "Play": 0, "GPU market": 2, "Evaluation": 3, "Training": 4, "Before vs after": 0, "Environment": 0,
         "Artifacts": 0, "API": 0}  # tab -> plotly figures it must draw
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
@@ -55,8 +55,14 @@ def shot(page, name: str) -> None:
 
 def test_every_tab_renders_its_plots_without_console_errors(page):
     for name, plots in TABS.items():
-        if name == "Play":
-            continue  # screenshot after a game (test below)
+        if name in ("Play", "GPU market"):
+            if name == "GPU market":
+                open_tab(page, name)
+                page.wait_for_function("""() => [...document.querySelectorAll('.js-plotly-plot')]
+                    .filter(e => e.offsetParent !== null && e.querySelector('.main-svg')).length >= 2""",
+                                       timeout=30_000)
+                assert visible_plots(page) >= 2
+            continue  # screenshots after a game (tests below)
         open_tab(page, name)
         if plots:
             page.wait_for_function(f"""() => [...document.querySelectorAll('.js-plotly-plot')]
@@ -128,3 +134,32 @@ def test_two_visitors_play_separate_games(page, space_url):
     assert "first visitor" not in other.locator("#game-chat").inner_text()
     assert "seed 11" in page.locator("#game-card").inner_text() and "seed 12" in other.locator("#game-card").inner_text()
     other.context.close()
+
+
+def test_a_market_game_by_the_expert_and_by_a_person(page):
+    open_tab(page, "GPU market")
+    page.locator("#market-seed input").fill("3")  # a game with a judged pitch
+    page.locator("#market-seed input").press("Tab")
+    page.locator("#market-start").click()  # the rule expert plays lab 0 by default
+    rounds = page.locator("#market-rounds")
+    rounds.get_by_text("Outcome (every lab)").wait_for(timeout=60_000)
+    assert "Round 1 of 8" in rounds.inner_text() and "judge score" in rounds.inner_text().lower()
+    assert "reward" in page.locator("#market-outcome").inner_text()
+    shot(page, "GPU market")
+    page.locator("#market-policy input").click()
+    page.get_by_role("option", name="human", exact=True).click()
+    page.locator("#market-start").click()
+    page.get_by_text("You are lab0").wait_for(timeout=30_000)
+    assert "Outcome (every lab)" not in rounds.inner_text()  # a person sees their own view only
+    for k in range(60):
+        if page.locator("#market-outcome").inner_text().strip():
+            break
+        action = '{"action": "buy_spot", "hours": 10}' if k == 0 else '{"action": "finish"}'
+        page.locator("#market-action textarea").fill(action)
+        page.locator("#market-action textarea").press("Tab")
+        page.locator("#market-send").click()
+        page.wait_for_timeout(400)
+    page.locator("#market-outcome").get_by_text("reward").wait_for(timeout=30_000)
+    text = rounds.inner_text()
+    assert "buy_spot" in text and "Outcome (every lab)" in text
+    assert page.errors == [], f"console errors: {page.errors}"

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 from env.market import ACTION_SCHEMA, TASKS, Invalid, MarketEnv, make_world, parse_action, play_market
 from env.market import rules
 from env.market.judge import LLMJudge, PitchFacts, RubricJudge, read_score, stated_numbers
-from env.market.play import seat_rng
-from env.market.players import (BASELINES, EXPLOITS, STUFFING, Counterpart, MarketPlayer, RandomValid, View,
+from env.market.play import seat_players
+from env.market.players import (BASELINES, EXPLOITS, STUFFING, MarketPlayer, RandomValid, View,
                                 make_policy)
 
 TASK_NAMES = list(TASKS)
@@ -26,9 +26,7 @@ def play_checked(task: str, seed: int, policy: MarketPlayer, on_step=None, befor
     ``on_step(env, lab, action, result)`` around every step."""
     env = MarketEnv()
     env.reset(task, seed)
-    players = [policy if i == 0 else Counterpart(lab.archetype) for i, lab in enumerate(env.world.labs)]
-    for i, p in enumerate(players):
-        p.reset(env.observe(i, consume_events=False), seat_rng(task, seed, i))
+    players = seat_players(env, policy)
     while not env.done:
         lab = env.to_move
         action = players[lab].act(env.observe(lab))

@@ -1,0 +1,326 @@
+"""Live GPU-market games for the Space and its API: one game per session id.
+
+Lab 0 is played by a policy (the rule ``expert`` by default, any baseline, or ``human``: a
+person who sends JSON actions through ``act``); the other labs are scripted counterparts with
+the archetypes the seed draws (``world``) or one archetype chosen for all. Every game has its
+own environment, players and lock, so two sessions never see or change each other's state.
+
+While a person plays they see lab 0's projection (``MarketEnv.observe``): their own money,
+jobs and blocks, the public market, the offers and coalitions that involve them, and the
+events delivered to them. Other labs' money, jobs and archetypes, and the judge's reasons
+about another lab's pitch, appear only once the game is over, or when agents alone play (a
+spectator sees everything).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+
+from env.market import rules
+from env.market.actions import ACTION_DOCS, MAX_ACTION_CHARS, Invalid, parse_action
+from env.market.env import MarketEnv
+from env.market.evaluation import transcript
+from env.market.play import seat_players
+from env.market.players import POLICIES, make_policy
+from env.market.world import ACTIONS_PER_TURN, ARCHETYPES, LOT_PRICE, SPOT_PRICE, TASKS
+from space.games import check_seed
+from space.sessions import GameError, SessionStore
+
+HUMAN = "human"
+WORLD = "world"  # counterparts: each lab's archetype as the seed draws it
+COUNTERPARTS = (WORLD, *ARCHETYPES)
+POLICY_CHOICES = (*POLICIES, HUMAN)
+TEMPLATES = {  # what a person can start from in the page; ids come from their view
+    "wait": {"action": "wait"},
+    "buy_spot": {"action": "buy_spot", "hours": 20},
+    "offer": {"action": "offer", "to": "lab1", "side": "buy", "block": "b2", "hours": 20, "price": 40},
+    "accept": {"action": "accept", "offer": "o1"},
+    "reject": {"action": "reject", "offer": "o1"},
+    "counter": {"action": "counter", "offer": "o1", "price": 50},
+    "pitch": {"action": "pitch", "to": "lab1", "text": "Our job j0.0 lacks 20 GPU-hours before its deadline.",
+              "ask": {"job": "j0.0", "block": "b2", "hours": 20, "price": 40}},
+    "allocate": {"action": "allocate", "block": "b1", "job": "j0.0", "hours": 20},
+    "propose_coalition": {"action": "propose_coalition", "lot": "lot1", "members": ["lab0", "lab1"], "hours": 50},
+    "join": {"action": "join", "coalition": "c1", "hours": 40},
+    "commit": {"action": "commit", "coalition": "c1"},
+    "leave": {"action": "leave", "coalition": "c1"},
+    "finish": {"action": "finish"},
+}
+
+
+@dataclass
+class MarketGame:
+    id: str
+    task: str
+    seed: int
+    policy: str
+    counterparts: str
+    env: MarketEnv
+    players: list  # None in lab 0 for a person
+    seen: list = field(default_factory=list)  # events delivered to lab 0 (a person's view)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    touched: float = field(default_factory=time.monotonic)
+
+    @property
+    def human(self) -> bool:
+        return self.players[0] is None
+
+
+def check_choice(value, options, what: str) -> str:
+    if value not in options:
+        raise GameError(f"unknown {what} {str(value)[:40]!r}; choose from {', '.join(options)}")
+    return value
+
+
+class MarketGames(SessionStore):
+    """Live market games by session id (bounded, forgotten after ``idle_s`` idle seconds)."""
+
+    def new_game(self, task: str = "single_trade", policy: str = "expert", seed: int = 0,
+                 counterparts: str = WORLD, advance: bool = True) -> MarketGame:
+        """A game with every seat filled and (unless ``advance`` is False) agents advanced to the
+        person's first move (or the end, when agents alone play); not stored."""
+        check_choice(task, TASKS, "task")
+        check_choice(policy, POLICY_CHOICES, "policy")
+        check_choice(counterparts, COUNTERPARTS, "counterparts")
+        seed = check_seed(seed)
+        env = MarketEnv()
+        env.reset(task, seed)
+        players = seat_players(env, None if policy == HUMAN else make_policy(policy),
+                               None if counterparts == WORLD else counterparts)
+        game = MarketGame(secrets.token_hex(16), task, seed, policy, counterparts, env, players)
+        if advance:
+            for _ in advance_steps(game):
+                pass
+        return game
+
+    def start(self, **kwargs) -> dict:
+        return view(self.add(self.new_game(**kwargs)))
+
+    def state(self, session_id: str) -> dict:
+        game = self.get(session_id)
+        with game.lock:
+            return view(game)
+
+    def act(self, session_id: str, action) -> dict:
+        """The person's action (JSON text or an object), then the agents' until the person is to
+        move again or the game ends."""
+        for state in self.act_steps(session_id, action):
+            pass
+        return state
+
+    def act_steps(self, session_id: str, action):
+        """``act``, yielding the state after the person's action and after each round the agents finish."""
+        game = self.get(session_id)
+        with game.lock:
+            if not game.human:
+                raise GameError("no person plays in this game: it is played by agents alone")
+            if game.env.done:
+                raise GameError("this game is over; start a new one")
+            game.env.step(human_action(action))
+            yield view(game)
+            for _ in advance_steps(game, per_round=True):
+                yield view(game)
+
+
+def advance_steps(game: MarketGame, per_round: bool = False):
+    """Agents act until a person is to move or the game ends; yields after every action (or, with
+    ``per_round``, after every round)."""
+    env = game.env
+    while not env.done and game.players[env.to_move] is not None:
+        lab, rnd = env.to_move, env.round
+        env.step(game.players[lab].act(env.observe(lab)))
+        if not per_round or env.done or env.round != rnd or game.players[env.to_move] is None:
+            yield
+
+
+def human_action(action) -> str:
+    """A person's action as the JSON text the environment reads. What is not an action of the
+    schema is refused with the reason (no penalty: the person tries again); a well-formed action
+    the rules refuse (an unknown offer, money they do not have) is played and penalised like any
+    agent's."""
+    if isinstance(action, dict):
+        action = json.dumps(action)
+    if not isinstance(action, str) or not action.strip():
+        raise GameError('action must be one JSON object, e.g. {"action": "wait"}')
+    if len(action) > MAX_ACTION_CHARS:
+        raise GameError(f"action too long: {len(action):,} characters, at most {MAX_ACTION_CHARS:,}")
+    parsed = parse_action(action)
+    if isinstance(parsed, Invalid):
+        raise GameError(f"not an action of the schema ({parsed.code}: {parsed.detail}); see market_schema")
+    return json.dumps(parsed)
+
+
+# ---------------------------------------------------------------------- views
+def view(game: MarketGame) -> dict:
+    """The game as its viewer may see it, JSON-ready (see the module docstring)."""
+    env, w = game.env, game.env.world
+    full = not game.human or env.done
+    state = {
+        "session_id": game.id, "task": game.task, "seed": game.seed, "policy": game.policy,
+        "counterparts": game.counterparts, "you": "lab0" if game.human else None,
+        "round": min(env.round, w.task.rounds - 1) + 1, "rounds": w.task.rounds, "labs": env.labs,
+        "done": env.done, "to_move": None if env.done else f"lab{env.to_move}",
+    }
+    if full:
+        record = transcript(env, game.policy)
+        record["labs_info"] = record.pop("labs")
+        state.update(record, ledger=env.ledger())
+    else:
+        obs = env.observe(0)
+        game.seen.extend(obs.pop("events"))
+        state.update(observation=obs, events=list(game.seen),
+                     your_steps=[s for s in env.transcript if s["lab"] == 0])
+    if env.done:
+        out = env.outcome(0)
+        state["outcome"] = {**out, "explanation": explain(out)}
+    return state
+
+
+def explain(out: dict) -> str:
+    """Lab 0's reward with its terms filled in."""
+    t = out["terms"]
+    parts = " + ".join(f"{k} {t[k]:+,.2f}" for k in rules.REWARD_TERMS)
+    return (f"Lab 0 completed {out['jobs_completed']} of {out['jobs']} job(s). Outcome = {parts} = "
+            f"**${out['outcome']:+,.2f}**; reward = outcome / total job value (${out['scale']:,.2f}) = "
+            f"**{out['reward']:+.3f}**.")
+
+
+def _act(a) -> str:
+    if not isinstance(a, dict):
+        return f"`{str(a)[:120]}`"
+    rest = ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in a.items()
+                     if k not in ("action", "text"))
+    return f"`{a.get('action')}`" + (f" {rest}" if rest else "")
+
+
+def _step_row(s: dict) -> str:
+    result = "ok" if s["code"] == "ok" else f"**refused: {s['code']}** (−${rules.INVALID_PENALTY:g})"
+    detail = str(s.get("detail", "")).replace("|", "/")
+    return f"| lab{s['lab']} | {_act(s['action'])} | {result} | {detail} |"
+
+
+def _outcome_table(outcomes: list[dict], labs: list[dict]) -> str:
+    head = "| lab | plays | " + " | ".join(rules.REWARD_TERMS) + " | outcome | reward | jobs done |"
+    lines = [head, "|" + "---|" * (len(rules.REWARD_TERMS) + 5)]
+    for o, lab in zip(outcomes, labs):
+        lines.append(f"| {o['lab']} | {lab['archetype']} | " + " | ".join(f"{o['terms'][k]:+,.2f}"
+                                                                          for k in rules.REWARD_TERMS)
+                     + f" | {o['outcome']:+,.2f} | {o['reward']:+.3f} | {o['jobs_completed']}/{o['jobs']} |")
+    return "\n".join(lines)
+
+
+def rounds_markdown(state: dict) -> str:
+    """The game round by round: shocks, every action with its result, judged pitches with the
+    judge's reasons, coalitions, and (at the end) every lab's reward terms. For a person still
+    playing: their own view only."""
+    if "steps" not in state:
+        return person_markdown(state)
+    out = []
+    shocks = {}
+    for s in state["shocks"]:
+        shocks.setdefault(s["round"], []).append(s)
+    pitches = {p["offer"]: p for p in state["pitches"]}
+    by_round: dict[int, list[dict]] = {}
+    for s in state["steps"]:
+        by_round.setdefault(s["round"], []).append(s)
+    for r in sorted(set(by_round) | set(shocks)):
+        out.append(f"#### Round {r + 1} of {state['rounds']}")
+        for sh in shocks.get(r, []):
+            info = ", ".join(f"{k} {v}" for k, v in sh.items() if k not in ("round", "kind"))
+            out.append(f"⚡ **Shock: {sh['kind'].replace('_', ' ')}**" + (f" ({info})" if info else ""))
+        steps = by_round.get(r, [])
+        if steps:
+            out += ["", "| lab | action | result | detail |", "|---|---|---|---|", *map(_step_row, steps), ""]
+        for s in steps:
+            a = s["action"]
+            if isinstance(a, dict) and a.get("action") == "pitch" and s["code"] == "ok":
+                oid = str(s["detail"]).split()[1] if len(str(s["detail"]).split()) > 1 else ""
+                p = pitches.get(oid)
+                if p:
+                    out.append(f"> **Pitch {oid}** {p['from']} → {p['to']}: “{p['text']}” — judge score "
+                               f"**{p['score']:.2f}**, {p['status']}.  \n> " + "; ".join(p["reasons"]))
+    if state["coalitions"]:
+        out.append("#### Coalitions")
+        for c in state["coalitions"]:
+            shares = ", ".join(f"{k} {v:g} h" for k, v in c["shares"].items()) or "no shares"
+            out.append(f"- {c['id']} for {c['lot']} (proposed by {c['proposer']}): {c['status']}; shares {shares}; "
+                       f"committed {', '.join(c['committed']) or 'none'}")
+    if state["done"]:
+        out += ["#### Outcome (every lab)", _outcome_table(state["outcomes"], state["labs_info"])]
+    return "\n".join(out) if out else "No actions yet."
+
+
+def person_markdown(state: dict) -> str:
+    """What the person playing lab 0 sees: their resources, the market, offers, events."""
+    o = state["observation"]
+    lines = [f"**You are lab0**, round {state['round']} of {state['rounds']}; {o['actions_left']} action(s) left "
+             f"this turn. Money **${o['money']:,.2f}**, reputation {o['reputation']:.2f}.",
+             "", "| your job | GPU-hours | done | deadline (round) | value | status |", "|---|---|---|---|---|---|"]
+    lines += [f"| {j['id']} | {j['hours']:g} | {j['done']:g} | {j['deadline'] + 1} | ${j['value']:,.2f} | {j['status']} |"
+              for j in o["jobs"]]
+    lines += ["", "| block | owner | GPU-hours | starts (round) | reliability | energy/h |", "|---|---|---|---|---|---|"]
+    lines += [f"| {b['id']} | {b['owner']} | {b['hours']:g} | {b['start'] + 1} | {b['reliability']:.2f} | "
+              f"{b['energy']:.2f} |" for b in o["blocks"]]
+    m = o["market"]
+    lots = "; ".join(f"{x['id']}: {x['hours']:g} h for ${x['price']:,.2f}" for x in m["lots"]) or "none"
+    lines += ["", f"Spot: {m['spot_hours']:g} GPU-hours at ${m['spot_price']:.2f}/h; energy ${m['energy_price']:.2f}/unit; "
+                  f"volume lots: {lots}."]
+    if o["offers"]:
+        lines.append("**Open offers involving you:** " + "; ".join(
+            f"{x['id']} {x['from']}→{x['to']} {x['side']} {x['hours']:g} h of {x['block']} for ${x['price']:,.2f}"
+            + (f" (pitch, judge score {x['score']:.2f})" if x["pitch"] else "") for x in o["offers"]))
+    if o["coalitions"]:
+        lines.append("**Coalitions:** " + "; ".join(f"{c['id']} for {c['lot']}: {c['status']}, members "
+                                                     f"{', '.join(c['members'])}" for c in o["coalitions"]))
+    if state["events"]:
+        lines.append("**What you have seen:**\n" + "\n".join(f"- {json.dumps(e)}" for e in state["events"][-12:]))
+    if state["your_steps"]:
+        lines.append("**Your actions:**\n" + "\n".join(
+            f"- round {s['round'] + 1}: {_act(s['action'])} → {s['code']}: {s['detail']}" for s in state["your_steps"]))
+    return "\n".join(lines)
+
+
+def card_markdown(state: dict) -> str:
+    who = "you (lab0)" if state["you"] else f"**{state['policy']}**"
+    head = (f"### {state['task']} · seed {state['seed']}\nLab 0: {who}; the other {state['labs'] - 1} lab(s): "
+            f"{'archetypes drawn from the seed' if state['counterparts'] == WORLD else state['counterparts']}. "
+            f"Round {state['round']} of {state['rounds']}" + (" · **game over**" if state["done"] else "") + ".")
+    if "labs_info" in state:
+        rows = ["| lab | plays | money at start | jobs (GPU-hours, deadline round, value) |", "|---|---|---|---|"]
+        for lab in state["labs_info"]:
+            jobs = "; ".join(f"{j['id']}: {j['hours']:g} h by {j['deadline'] + 1}, ${j['value']:,.0f} ({j['status']})"
+                             for j in lab["jobs"])
+            rows.append(f"| {lab['name']} | {lab['archetype']} | ${lab['start_money']:,.0f} | {jobs} |")
+        head += "\n\n" + "\n".join(rows)
+    return head
+
+
+ACTIONS_TABLE = "| action | meaning |\n|---|---|\n" + "\n".join(f"| `{k}` | {v} |" for k, v in ACTION_DOCS.items())
+
+
+def task_line(name: str) -> str:
+    t = TASKS[name]
+    return (f"{t.description} {t.labs} labs, {t.rounds} rounds of up to {ACTIONS_PER_TURN} actions per lab, "
+            f"{t.shocks} shock(s), {t.spot_hours:g} spot GPU-hours" + (", a volume lot." if t.lot else "."))
+
+
+REWARD_TEXT = {
+    "value": "the value of each job completed (all its GPU-hours allocated before its deadline)",
+    "trade": "money received minus money paid: to other labs, to the provider (spot, lots) and into coalition escrow "
+             "(refunded escrow comes back here)",
+    "energy": "energy bills for the GPU-hours run on jobs (block energy per hour x the energy price then)",
+    "fines": f"paid for leaving a coalition after committing ({rules.LEAVE_FINE:.0%} of the contribution), or "
+             "received as a member when another leaves",
+    "invalid": f"-${rules.INVALID_PENALTY:g} for every action the environment refuses (with a reason code)",
+}
+REWARD_MD = ("**Reward** (dense, every term used): each action adds to lab 0's terms below; their sum is the "
+             "economic outcome in dollars, and the reward is that outcome divided by the lab's total job value. "
+             "Doing nothing earns exactly 0 in every term. Money and GPU-hours are conserved at every step.\n\n"
+             "| term | what it counts |\n|---|---|\n" + "\n".join(f"| `{k}` | {v} |" for k, v in REWARD_TEXT.items())
+             + f"\n\nSpot capacity costs ${SPOT_PRICE:.2f} per GPU-hour (shocks move it); a volume lot "
+               f"${LOT_PRICE:.2f}, bought whole by a coalition. Counterparts trade only when their own utility rises "
+               "by a margin; a pitch is scored by a rubric judge against the pitcher's real need, not its words.")

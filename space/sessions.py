@@ -1,0 +1,51 @@
+"""Sessions for the Space's live games: each game under its own id, bounded in number, forgotten
+after ``idle_s`` without a move. The bilateral games and the GPU market share this."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class GameError(ValueError):
+    """Bad input or an unknown session: the message says what to change."""
+
+
+class SessionStore:
+    """Games (anything with ``id`` and ``touched``) by session id."""
+
+    def __init__(self, max_sessions: int = 1000, idle_s: float = 1800.0):
+        self.max_sessions, self.idle_s = max_sessions, idle_s
+        self._games: dict = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._games)
+
+    def add(self, game):
+        """Keep ``game`` under its session id (refused past ``max_sessions`` live games)."""
+        with self._lock:
+            self._expire()
+            if len(self._games) >= self.max_sessions:
+                raise GameError(f"the Space is at its limit of {self.max_sessions} live games; "
+                                f"try again in a few minutes")
+            self._games[game.id] = game
+        return game
+
+    def get(self, session_id: str):
+        with self._lock:
+            game = self._games.get(session_id) if isinstance(session_id, str) else None
+        if game is None:
+            raise GameError(f"unknown session id {str(session_id)[:64]!r}: it never existed or expired after "
+                            f"{self.idle_s / 60:.0f} idle minutes; start a new game")
+        game.touched = time.monotonic()
+        return game
+
+    def end(self, session_id: str) -> None:
+        with self._lock:
+            self._games.pop(session_id, None)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for sid in [s for s, g in self._games.items() if now - g.touched > self.idle_s]:
+            del self._games[sid]

@@ -1,0 +1,148 @@
+"""The Space's GPU-market games (``space/market.py``) and its market API functions, in process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import app
+from env.market import TASKS, make_policy, play_market
+from env.market.evaluation import summarize
+from env.market.play import seat_rng
+from space.market import HUMAN, MarketGames, card_markdown, human_action, rounds_markdown, view
+from space.sessions import GameError
+
+
+def expert_person(store, task: str, seed: int, act=None):
+    """A person who plays lab 0 exactly as the rule expert would, seeing only what the page shows
+    them (their observation); returns the final state and every state seen while playing."""
+    act = act or store.act
+    state = store.start(task=task, policy=HUMAN, seed=seed)
+    expert = make_policy("expert")
+    expert.reset({**state["observation"], "events": []}, seat_rng(task, seed, 0))
+    seen = [state]
+    while not state["done"]:
+        state = act(state["session_id"], json.dumps(expert.act({**state["observation"], "events": []})))
+        seen.append(state)
+    return state, seen
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_a_person_playing_like_the_expert_gets_the_experts_game(task):
+    for seed in (0, 5):
+        state, _ = expert_person(MarketGames(), task, seed)
+        env = play_market(task, seed, make_policy("expert"))
+        assert state["steps"] == env.transcript
+        assert state["outcome"]["reward"] == pytest.approx(env.outcome(0)["reward"])
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_agents_only_games_equal_the_harness_and_show_everything(task):
+    store = MarketGames()
+    for policy in ("expert", "greedy_bidder", "random_valid"):
+        state = store.start(task=task, policy=policy, seed=11)
+        env = play_market(task, 11, make_policy(policy))
+        assert state["done"] and state["you"] is None
+        assert state["steps"] == env.transcript and state["outcomes"] == [env.outcome(i) for i in range(env.labs)]
+        assert state["ledger"]["money"] == pytest.approx(state["ledger"]["money_start"])
+        md = rounds_markdown(state)
+        assert "Outcome (every lab)" in md and f"Round 1 of {TASKS[task].rounds}" in md
+        for shock in state["shocks"]:
+            assert shock["kind"].replace("_", " ") in md
+        for p in state["pitches"]:  # every judged pitch is shown with the judge's reasons
+            assert p["reasons"][0] in md
+
+
+def test_counterparts_can_be_one_chosen_archetype():
+    store = MarketGames()
+    state = store.start(task="market_round", policy="expert", seed=4, counterparts="selfish")
+    assert [lab["archetype"] for lab in state["labs_info"][1:]] == ["selfish"] * 3
+    assert state["steps"] == play_market("market_round", 4, make_policy("expert"), counterparts="selfish").transcript
+
+
+def test_a_person_never_sees_another_labs_private_facts():
+    for task in TASKS:
+        for seed in range(4):
+            state, seen = expert_person(MarketGames(), task, seed)
+            labs = state["labs_info"]  # revealed at the end
+            for s in seen[:-1]:
+                text = json.dumps(s)
+                assert "labs_info" not in s and "outcomes" not in s and "steps" not in s
+                for lab in labs[1:]:
+                    for job in lab["jobs"]:
+                        assert f'"{job["id"]}"' not in text, (task, seed, job["id"])
+                    assert lab["archetype"] not in text
+                for ev in s["events"]:  # pitches by others carry only the public reasons
+                    if ev.get("kind") == "pitch" and ev["from"] != "lab0":
+                        assert not any("really lacks" in r for r in ev["reasons"])
+
+
+def test_sessions_are_isolated_and_bounded():
+    store = MarketGames(max_sessions=2)
+    a = store.start(task="market_round", policy=HUMAN, seed=1)
+    b = store.start(task="market_round", policy=HUMAN, seed=2)
+    with pytest.raises(GameError, match="limit"):
+        store.start(task="single_trade", policy=HUMAN, seed=3)
+    a2 = store.act(a["session_id"], {"action": "buy_spot", "hours": 10})
+    assert store.state(b["session_id"])["your_steps"] == []
+    assert a2["your_steps"][-1]["code"] == "ok" and a2["observation"]["money"] < a["observation"]["money"]
+    store.end(a["session_id"])
+    with pytest.raises(GameError, match="unknown session"):
+        store.state(a["session_id"])
+
+
+@pytest.mark.parametrize("action, match", [
+    ("", "one JSON object"), ("hello", "no_json"), ('{"action": "fly"}', "unknown_action"),
+    ('{"action": "buy_spot", "hours": -3}', "bad_value"), ("{" + "x" * 5000, "too long"), (42, "one JSON object"),
+])
+def test_unreadable_person_actions_are_refused_without_a_penalty(action, match):
+    store = MarketGames()
+    state = store.start(task="single_trade", policy=HUMAN, seed=0)
+    with pytest.raises(GameError, match=match):
+        store.act(state["session_id"], action)
+    after = store.state(state["session_id"])
+    assert after["your_steps"] == [] and after["observation"]["money"] == state["observation"]["money"]
+
+
+def test_a_well_formed_action_the_rules_refuse_is_played_and_penalised():
+    store = MarketGames()
+    state = store.start(task="single_trade", policy=HUMAN, seed=0)
+    state = store.act(state["session_id"], human_action({"action": "accept", "offer": "o99"}))
+    assert state["your_steps"][-1]["code"] == "unknown_offer" and "unknown_offer" in rounds_markdown(state)
+    state = store.act(state["session_id"], {"action": "finish"})
+    assert state["done"] and state["outcome"]["terms"]["invalid"] == -2.0 and state["outcome"]["invalid"] == 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"task": "auction"}, "unknown task"), ({"policy": "oracle"}, "unknown policy"),
+    ({"counterparts": "saint"}, "unknown counterparts"), ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"),
+])
+def test_bad_game_settings_are_clear_errors(kwargs, match):
+    with pytest.raises(GameError, match=match):
+        MarketGames().start(**{"task": "single_trade", "policy": "expert", "seed": 0, **kwargs})
+
+
+def test_market_api_functions():
+    schema = app.market_schema()
+    assert set(schema["reward_terms"]) == {"value", "trade", "energy", "fines", "invalid"}
+    assert len(schema["schema"]["oneOf"]) == len(schema["actions"]) == 13
+    row = app.market_evaluate(policy="expert", task="single_trade", episodes=30, seed=1_000_000)
+    envs = [play_market("single_trade", 1_000_000 + k, make_policy("expert")) for k in range(30)]
+    assert row["reward_mean"] == pytest.approx(summarize("single_trade", "expert", envs)["reward_mean"])
+    with pytest.raises(Exception, match="episodes"):
+        app.market_evaluate(episodes=0)
+    with pytest.raises(Exception, match="agents only"):
+        app.market_play(policy=HUMAN)
+    state = app.market_play(task="single_trade", policy="expert", seed=3)
+    assert "Outcome = value" in state["outcome"]["explanation"] and card_markdown(state).startswith("### single_trade")
+
+
+def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
+    monkeypatch.setattr(app, "PACE_S", 0)
+    frames = list(app.ui_market_start("market_round", "expert", "world", 5, ""))
+    assert len(frames) >= TASKS["market_round"].rounds
+    sid, card, rounds, outcome, _ = frames[-1]
+    assert "game over" in card and "Outcome (every lab)" in rounds and "reward" in outcome
+    final = view(app.MARKETS.get(sid))
+    assert final["steps"] == play_market("market_round", 5, make_policy("expert")).transcript
