@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from env.market import rules
-from env.market.actions import ACTION_DOCS, MAX_ACTION_CHARS, Invalid, parse_action
+from env.market.actions import ACTION_DOCS, EXAMPLES, MAX_ACTION_CHARS, Invalid, parse_action
 from env.market.env import MarketEnv
 from env.market.evaluation import transcript
 from env.market.play import seat_players
@@ -34,22 +34,7 @@ HUMAN = "human"
 WORLD = "world"  # counterparts: each lab's archetype as the seed draws it
 COUNTERPARTS = (WORLD, *ARCHETYPES)
 POLICY_CHOICES = (*POLICIES, HUMAN)
-TEMPLATES = {  # what a person can start from in the page; ids come from their view
-    "wait": {"action": "wait"},
-    "buy_spot": {"action": "buy_spot", "hours": 20},
-    "offer": {"action": "offer", "to": "lab1", "side": "buy", "block": "b2", "hours": 20, "price": 40},
-    "accept": {"action": "accept", "offer": "o1"},
-    "reject": {"action": "reject", "offer": "o1"},
-    "counter": {"action": "counter", "offer": "o1", "price": 50},
-    "pitch": {"action": "pitch", "to": "lab1", "text": "Our job j0.0 lacks 20 GPU-hours before its deadline.",
-              "ask": {"job": "j0.0", "block": "b2", "hours": 20, "price": 40}},
-    "allocate": {"action": "allocate", "block": "b1", "job": "j0.0", "hours": 20},
-    "propose_coalition": {"action": "propose_coalition", "lot": "lot1", "members": ["lab0", "lab1"], "hours": 50},
-    "join": {"action": "join", "coalition": "c1", "hours": 40},
-    "commit": {"action": "commit", "coalition": "c1"},
-    "leave": {"action": "leave", "coalition": "c1"},
-    "finish": {"action": "finish"},
-}
+TEMPLATES = {"wait": EXAMPLES["wait"], **EXAMPLES}  # what a person can start from in the page
 
 
 @dataclass

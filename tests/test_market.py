@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from env.market import ACTION_SCHEMA, TASKS, Invalid, MarketEnv, make_world, parse_action, play_market
 from env.market import rules
+from env.market.actions import EXAMPLES
 from env.market.judge import LLMJudge, PitchFacts, RubricJudge, read_score, stated_numbers
 from env.market.play import seat_players
 from env.market.players import (BASELINES, EXPLOITS, STUFFING, MarketPlayer, RandomValid, View,
@@ -345,6 +346,7 @@ VALID = [
     {"action": "wait"},
     {"action": "finish"},
 ]
+VALID += list(EXAMPLES.values())  # the documented examples (model prompts, the Space) are valid actions too
 
 
 @pytest.mark.parametrize("action", VALID, ids=lambda a: a["action"])

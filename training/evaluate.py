@@ -88,12 +88,8 @@ class EvalConfig:
             raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
         self.model_buyers = {}
         for item in (x.strip() for x in self.buyer_models.split(",") if x.strip()):
-            name, sep, path = item.partition("=")
-            if not sep or not name.strip() or not path.strip():
-                raise ValueError(f"--buyer_models takes name=path pairs, got {item!r}")
-            if name.strip() in BUYERS:
-                raise ValueError(f"model buyer name {name.strip()!r} is taken by a scripted buyer")
-            self.model_buyers[name.strip()] = path.strip()
+            name, path = name_path(item, "--buyer_models", BUYERS)
+            self.model_buyers[name] = path
         if self.buyer_model:
             self.model_buyers = {self.buyer_name or _label(self.buyer_model): self.buyer_model}
             scripted = []
@@ -112,6 +108,17 @@ class EvalConfig:
             raise ValueError("no buyers to evaluate")
         self.seller_names = ([self.seller_name or _label(self.seller_model)] if self.seller_model
                              else parse_names(self.sellers, SELLERS, "seller"))
+
+
+def name_path(item: str, flag: str, taken) -> tuple[str, str]:
+    """``name=path`` -> (name, path), refusing a malformed pair or a name a scripted player has."""
+    name, sep, path = item.partition("=")
+    name, path = name.strip(), path.strip()
+    if not sep or not name or not path:
+        raise ValueError(f"{flag} takes name=path pairs, got {item!r}")
+    if name in taken:
+        raise ValueError(f"model name {name!r} is taken by a scripted player")
+    return name, path
 
 
 def _label(model: str) -> str:
@@ -261,32 +268,60 @@ class MarketEvalConfig:
     transcripts: str = field(default="artifacts/transcripts/eval_market.jsonl",
                              metadata={"help": "one judged game per task, JSONL ('' for none)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    models: str = field(default="", metadata={"help": "model labs added to --policies: name=path,... (tiny, a "
+                                                      "checkpoint folder or a Hub id), through the rollout engine"})
+    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a or option_b (model labs)"})
+    base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
+    backend: str = field(default="transformers", metadata={"help": "transformers or vllm (local models)"})
+    batch_size: int = field(default=64, metadata={"help": "episodes played in lockstep per batch (model labs)"})
+    device: str = field(default="", metadata={"help": "cpu, cuda... (default: cuda if available)"})
 
     def __post_init__(self):
         from env.market import POLICIES, TASKS  # noqa: PLC0415
         if self.env != "market":
             raise ValueError(f"--env must be market here, got {self.env!r}")
         self.task_names = parse_names(self.tasks, TASKS, "task")
-        self.policy_names = parse_names(self.policies, POLICIES, "policy")
+        self.policy_names = [] if self.policies == "none" else parse_names(self.policies, POLICIES, "policy")
+        self.model_paths = dict(name_path(x.strip(), "--models", POLICIES) for x in self.models.split(",") if x.strip())
+        if not self.policy_names and not self.model_paths:
+            raise ValueError("nothing to evaluate: give --policies or --models")
+        if self.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
         if self.episodes < 2:
             raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {self.episodes}")
         if self.seed_base < 0:
             raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
 
 
-def run_market(config: MarketEvalConfig, command: str | None = None) -> dict:
+def run_market(config: MarketEvalConfig, command: str | None = None, sampling: SamplingConfig | None = None) -> dict:
     """Every task x policy over held-out seeds -> ``artifacts/eval_market.json`` (+ judged transcripts)."""
     from tqdm.auto import tqdm  # noqa: PLC0415
 
-    from env.market.evaluation import evaluate, transcript  # noqa: PLC0415
+    from env.market.evaluation import evaluate, summarize, transcript  # noqa: PLC0415
     from env.market.players import make_policy  # noqa: PLC0415
+    from training.market_rollout import play_market_episodes  # noqa: PLC0415
 
     start = time.perf_counter()
-    total = len(config.task_names) * len(config.policy_names) * config.episodes
+    total = len(config.task_names) * (len(config.policy_names) + len(config.model_paths)) * config.episodes
     with tqdm(total=total, desc="market", unit="episode", disable=not config.progress, file=sys.stderr) as bar:
         rows, judged = evaluate(config.task_names, {p: (lambda p=p: make_policy(p)) for p in config.policy_names},
                                 config.episodes, config.seed_base, on_episode=lambda: bar.update(1))
+        for name, path in config.model_paths.items():
+            agent = build_agent(path, config, sampling or SamplingConfig())
+            agent.name = name
+            for task in config.task_names:
+                envs = []
+                for lo in range(0, config.episodes, config.batch_size):
+                    batch = [(task, config.seed_base + k) for k in range(lo, min(lo + config.batch_size,
+                                                                                  config.episodes))]
+                    envs += [r.env for r in play_market_episodes(batch, agent, name=name,
+                                                                 on_done=lambda _i: bar.update(1))]
+                rows.append(summarize(task, name, envs))
+                judged.setdefault(task, (name, envs[0]))
     cfg = {k: v for k, v in asdict(config).items() if k != "progress"}
+    if config.model_paths:
+        cfg["sampling"] = asdict(sampling or SamplingConfig())
     seeds = {"base": config.seed_base, "episodes": config.episodes, "rule": "episode k of every cell: seed base + k"}
     artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
     if config.out:
@@ -302,12 +337,12 @@ def main(argv: list[str] | None = None) -> dict:
         from transformers import HfArgumentParser  # noqa: PLC0415
 
         from env.market.evaluation import format_market_table  # noqa: PLC0415
-        parser = HfArgumentParser(MarketEvalConfig)
+        parser = HfArgumentParser((MarketEvalConfig, SamplingConfig))
         try:
-            (config,) = parser.parse_args_into_dataclasses(args=argv)
+            config, sampling = parser.parse_args_into_dataclasses(args=argv)
         except ValueError as exc:
             parser.error(str(exc))
-        artifact = run_market(config)
+        artifact = run_market(config, sampling=sampling)
         print(format_market_table(artifact["rows"]))
         return artifact
     if "--env" in argv:  # --env bargain: the default evaluation

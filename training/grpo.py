@@ -29,8 +29,12 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig
 
+from env.market.world import TASKS as MARKET_TASKS
 from env.players import SELLERS, parse_names
 from env.protocol import REASONING_MODES
+from training.market_rollout import market_defaults, market_rows
+
+ENVS = ("bargain", "market")
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
@@ -39,6 +43,10 @@ SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradi
 
 @dataclass
 class GRPOScriptArguments:
+    env: str = field(default="bargain", metadata={"help": "bargain (the bilateral game) or market (the GPU market, "
+                                                          "the policy in lab 0)"})
+    tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: single_trade, "
+                                                        "market_round, coalition_market"})
     scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
     seller_model: str = field(default="", metadata={"help": "a frozen model seller instead of the scripted mix"})
@@ -55,6 +63,11 @@ class GRPOScriptArguments:
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
         self.seller_names = parse_names(self.sellers, SELLERS, "seller")
+        if self.env not in ENVS:
+            raise ValueError(f"--env must be one of {', '.join(ENVS)}, got {self.env!r}")
+        self.task_names = parse_names(self.tasks, MARKET_TASKS, "task")
+        if self.env == "market" and self.seller_model:
+            raise ValueError("--seller_model is for the bilateral game; market counterparts are scripted")
 
 
 @dataclass
@@ -101,20 +114,24 @@ class EpisodeRollouts:
             self.agent = LLMAgent(self.backend, self.script.reasoning_mode, name="policy")
         return self.agent
 
-    def __call__(self, prompts: list, trainer) -> dict:
+    def play(self, agent, prompts: list) -> list:
+        """Whole episodes for the dataset rows ``"product_index seed"``, the policy as the buyer."""
         from training.rollout import play_episodes  # noqa: PLC0415
 
-        agent = self._buyer(trainer)
         episodes, sellers = [], []
         for p in prompts:
             index, seed = (int(x) for x in str(p).split())
             episodes.append((self.scenarios[index % len(self.scenarios)], seed))
             names = self.script.seller_names
             sellers.append(self.seller_agent or names[seed % len(names)])
+        return play_episodes(episodes, agent, sellers, self.script.max_turns)
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        agent = self._buyer(trainer)
         was_training = agent.backend.model.training
         agent.backend.model.eval()
         try:
-            records = play_episodes(episodes, agent, sellers, self.script.max_turns)
+            records = self.play(agent, prompts)
         finally:
             agent.backend.model.train(was_training)
         self.last_records = records
@@ -144,6 +161,35 @@ class EpisodeRollouts:
             "turns_mean": statistics.fmean(r.metrics["turns"] for r in records),
             "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
             "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
+            "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups),
+        })
+
+
+class MarketRollouts(EpisodeRollouts):
+    """The ``rollout_func`` for the GPU market: the policy plays lab 0 of ``"task seed"`` rows; the
+    reward is lab 0's outcome over its total job value."""
+
+    def play(self, agent, prompts: list) -> list:
+        from training.market_rollout import play_market_episodes  # noqa: PLC0415
+
+        episodes = [(task, int(seed)) for task, seed in (str(p).split() for p in prompts)]
+        return play_market_episodes(episodes, agent, name="policy")
+
+    def _log(self, records, trainer) -> None:
+        rewards = [r.reward for r in records]
+        g = self.cfg.num_generations
+        groups = [rewards[i: i + g] for i in range(0, len(rewards), g)]
+        outs = [r.metrics for r in records]
+        self.steps.append({
+            "step": trainer.state.global_step + 1,
+            "episodes": len(records),
+            "reward_mean": statistics.fmean(rewards),
+            "reward_std": statistics.pstdev(rewards),
+            "reward_min": min(rewards), "reward_max": max(rewards),
+            "deal_rate": statistics.fmean(o["deals"] > 0 for o in outs),
+            "job_completion_rate": sum(o["jobs_completed"] for o in outs) / max(1, sum(o["jobs"] for o in outs)),
+            "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
+            "actions_mean": statistics.fmean(o["actions"] for o in outs),
             "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups),
         })
 
@@ -180,6 +226,11 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
     except ValueError as exc:
         parser.error(str(exc))
     method = Path(script_path).stem.upper()
+    market_defaults(script, cfg, type(script).__dataclass_fields__["curve"].default,
+                    type(cfg).__dataclass_fields__["output_dir"].default)
+    if script.env == "market" and cfg.push_to_hub:
+        parser.error("--push_to_hub publishes the bilateral buyer (its card reads eval_results.json); "
+                     "it is not wired for --env market")
     hub = None
     if cfg.push_to_hub:  # every check a push needs happens before any training
         from training.hub import HubError, preflight  # noqa: PLC0415
@@ -199,10 +250,15 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
         sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
         seller_agent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
                                 script.reasoning_mode, name="frozen-seller")
-    train = get_split(script.scenarios, "train")
     rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
-    dataset = Dataset.from_dict({"prompt": [f"{i % len(train)} {i}" for i in range(rows)]})
-    rollouts = EpisodeRollouts(script, cfg, train, seller_agent)
+    if script.env == "market":
+        train = []
+        dataset = Dataset.from_dict({"prompt": market_rows(script.task_names, rows)})
+        rollouts = MarketRollouts(script, cfg, train)
+    else:
+        train = get_split(script.scenarios, "train")
+        dataset = Dataset.from_dict({"prompt": [f"{i % len(train)} {i}" for i in range(rows)]})
+        rollouts = EpisodeRollouts(script, cfg, train, seller_agent)
     kwargs = extra_kwargs(script, rollouts) if extra_kwargs else {}
     trainer = (trainer_cls or GRPOTrainer)(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
                                            processing_class=tok, rollout_func=rollouts,
@@ -219,8 +275,12 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
                   "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "model": path, "peft": model_args.use_peft, "train_products": len(train),
                   "checkpoint": str(final), "resumed": resume}
-        seeds = {"rows": f"row i: train product i mod {len(train)}, seed i; seller persona seed mod "
-                         f"{len(script.seller_names)}", "training_seed": cfg.seed}
+        if script.env == "market":
+            seeds = {"rows": f"row i: task i mod {len(script.task_names)} of {script.task_names}, seed i (below the "
+                             f"held-out evaluation seeds)", "training_seed": cfg.seed}
+        else:
+            seeds = {"rows": f"row i: train product i mod {len(train)}, seed i; seller persona seed mod "
+                             f"{len(script.seller_names)}", "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(script_path, [script_path, *argv])),
                                   "points": curve_points(rollouts.steps, trainer.state.log_history)})

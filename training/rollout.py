@@ -104,7 +104,10 @@ class Conversation:
 
     def teach(self, obs: Observation) -> str:
         """Write the teacher's reply into the stream as if the model had generated it (mask 1)."""
-        text = self.teacher.act(obs)
+        return self.write(self.teacher.act(obs))
+
+    def write(self, text: str) -> str:
+        """``text`` as this seat's reply, as if the model had generated it (mask 1)."""
         if not self.agent.chat_only:
             tok = self.agent.tokenizer
             ids = tok(text, add_special_tokens=False)["input_ids"] + [self.agent.eos_id]
@@ -115,19 +118,28 @@ class Conversation:
 
     def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
         """Take in what happened since this seat last spoke (the opponent's public messages)."""
-        agent = self.agent
         first = not self.messages
+        sys = None
         if first:
-            sys = system_prompt(obs, agent.reasoning_mode)
+            sys = system_prompt(obs, self.agent.reasoning_mode)
             if self.scenario is not None:
                 assert_no_leak(sys, self.scenario, self.role)
-            self.messages.append({"role": "system", "content": sys})
         new = new_user_messages(obs, self.seen)
         self.seen = len(obs.history)
         for text, talk in new:
             if self.scenario is not None:
                 assert_no_leak(text.replace(talk, "") if talk else text, self.scenario, self.role,
                                opponent_thoughts, check_values=first and not obs.history)
+        self.push([text for text, _ in new], sys)
+
+    def push(self, users: list[str], system: str | None = None) -> None:
+        """Add user turns (and, on the first call, the system prompt) to the conversation; with a
+        token backend they extend the stream with mask 0, ending in the generation prompt."""
+        agent = self.agent
+        first = not self.messages
+        if first:
+            self.messages.append({"role": "system", "content": system})
+        for text in users:
             self.messages.append({"role": "user", "content": text})
             if not agent.chat_only and not first:
                 self._extend(agent.user_turn_ids(text), None, 0)
@@ -316,16 +328,19 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
     return [_record(envs[i], seats[i], episodes[i], trained_role) for i in range(n)]
 
 
-def _record(env: BargainEnv, seats: dict, episode: tuple[Scenario, int], trained_role: str) -> EpisodeRecord:
-    conv = seats.get(trained_role)
+def token_fields(conv) -> dict:
+    """The trained seat's token stream after its first prompt, mask, log-probs, turns and messages
+    (empty for a scripted seat or a chat-only backend)."""
     tokens = isinstance(conv, Conversation) and not conv.agent.chat_only
     p = conv.prompt_len if tokens else 0
-    return EpisodeRecord(
-        scenario_id=episode[0].id, seed=episode[1], reward=env.reward, metrics=env.metrics().to_dict(),
-        transcript=env.transcript(), trained_role=trained_role,
-        prompt_ids=conv.ids[:p] if tokens else [], completion_ids=conv.ids[p:] if tokens else [],
-        env_mask=conv.mask[p:] if tokens else [], logprobs=conv.logprobs[p:] if tokens else [],
-        turns=conv.turns if tokens else [], messages=conv.messages if isinstance(conv, Conversation) else [])
+    return dict(prompt_ids=conv.ids[:p] if tokens else [], completion_ids=conv.ids[p:] if tokens else [],
+                env_mask=conv.mask[p:] if tokens else [], logprobs=conv.logprobs[p:] if tokens else [],
+                turns=conv.turns if tokens else [], messages=conv.messages if isinstance(conv, Conversation) else [])
+
+
+def _record(env: BargainEnv, seats: dict, episode: tuple[Scenario, int], trained_role: str) -> EpisodeRecord:
+    return EpisodeRecord(scenario_id=episode[0].id, seed=episode[1], reward=env.reward, metrics=env.metrics().to_dict(),
+                         transcript=env.transcript(), trained_role=trained_role, **token_fields(seats.get(trained_role)))
 
 
 class LLMPlayer:

@@ -41,6 +41,9 @@ class SDPOScriptArguments(GRPOScriptArguments):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.env != "bargain":
+            raise ValueError("SDPO's hindsight feedback is written for the bilateral buyer; train the market with "
+                             "training/grpo.py --env market (or sft.py --env market)")
         if not (0 <= self.lam_end <= 1 and 0 <= self.lam_start <= 1) or self.gap_clamp <= 0:
             raise ValueError("need 0 <= lam_start, lam_end <= 1 and gap_clamp > 0")
 

@@ -23,8 +23,10 @@ from pathlib import Path
 import torch
 from trl import SFTConfig
 
+from env.market.world import TASKS as MARKET_TASKS
 from env.players import SELLERS, parse_names
 from env.protocol import REASONING_MODES
+from training.market_rollout import market_defaults
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
 SMOKE_ARGS = ["--games", "16", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "1"]
@@ -33,6 +35,10 @@ SMOKE_ARGS = ["--games", "16", "--max_steps", "2", "--logging_steps", "1", "--sa
 @dataclass
 class SFTScriptArguments:
     model: str = field(default="tiny", metadata={"help": "tiny, a local path or a Hub id"})
+    env: str = field(default="bargain", metadata={"help": "bargain (clone the expert buyer) or market (clone the "
+                                                          "market expert in lab 0)"})
+    tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: single_trade, "
+                                                        "market_round, coalition_market"})
     scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
     games: int = field(default=3000, metadata={"help": "expert games to clone"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
@@ -50,6 +56,9 @@ class SFTScriptArguments:
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
                              f"got {self.reasoning_mode!r}")
         self.seller_names = parse_names(self.sellers, SELLERS, "seller")
+        if self.env not in ("bargain", "market"):
+            raise ValueError(f"--env must be bargain or market, got {self.env!r}")
+        self.task_names = parse_names(self.tasks, MARKET_TASKS, "task")
 
 
 @dataclass
@@ -95,6 +104,23 @@ def expert_dataset(agents, scenarios, games: int, sellers: list[str], max_turns:
     return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), rewards
 
 
+def expert_market_dataset(agents, tasks: list[str], games: int):
+    """Market expert games (lab 0) as token streams, exactly as the market rollout engine builds them
+    when the model plays. Game ``i`` is task ``i mod len(tasks)`` with seed ``i`` (below the held-out
+    evaluation seeds); with several agents (reasoning formats) games alternate formats."""
+    from datasets import Dataset  # noqa: PLC0415
+
+    from training.market_rollout import market_rows, play_market_episodes  # noqa: PLC0415
+    from training.rollout import Teacher  # noqa: PLC0415
+
+    agents = agents if isinstance(agents, (list, tuple)) else [agents]
+    episodes = [(task, int(seed)) for task, seed in (r.split() for r in market_rows(tasks, games))]
+    records = play_market_episodes(episodes, [Teacher("expert", agents[i % len(agents)]) for i in range(games)])
+    return (Dataset.from_dict({"input_ids": [r.prompt_ids + r.completion_ids for r in records],
+                               "completion_mask": [[0] * len(r.prompt_ids) + r.env_mask for r in records]}),
+            [r.reward for r in records])
+
+
 def curve_points(log_history: list[dict]) -> list[dict]:
     keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "num_tokens", "epoch", "entropy")
     return [{"step": e["step"], **{k: e[k] for k in keys if k in e}} for e in log_history if "loss" in e]
@@ -117,12 +143,21 @@ def main(argv: list[str] | None = None):
         script, cfg = parser.parse_args_and_config(args=argv)
     except ValueError as exc:
         parser.error(str(exc))
+    market_defaults(script, cfg, DEFAULT_CURVE, HaggleSFTConfig.output_dir)
     start = time.perf_counter()
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
     backend = TransformersBackend(model, tok)
     agents = [LLMAgent(backend, mode) for mode in script.modes]
-    train = get_split(script.scenarios, "train")
-    dataset, rewards = expert_dataset(agents, train, script.games, script.seller_names, script.max_turns)
+    if script.env == "market":
+        train = []
+        dataset, rewards = expert_market_dataset(agents, script.task_names, script.games)
+        longest = max(len(x) for x in dataset["input_ids"])
+        if cfg.max_length and longest > cfg.max_length:
+            print(f"note: market games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
+                  f"ones (their later moves carry no loss)", file=sys.stderr)
+    else:
+        train = get_split(script.scenarios, "train")
+        dataset, rewards = expert_dataset(agents, train, script.games, script.seller_names, script.max_turns)
     print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok)
@@ -135,11 +170,17 @@ def main(argv: list[str] | None = None):
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(train), "checkpoint": str(final), "resumed": resume}
-        config["script"].pop("seller_names", None)
-        config["script"].pop("modes", None)
-        seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod {len(script.seller_names)}"
-                          + (f", format (i div {len(script.seller_names)}) mod {len(agents)}" if len(agents) > 1 else ""),
-                 "training_seed": cfg.seed}
+        for derived in ("seller_names", "modes", "task_names"):
+            config["script"].pop(derived, None)
+        if script.env == "market":
+            seeds = {"games": f"game i: task i mod {len(script.task_names)} of {script.task_names}, seed i (below the "
+                              f"held-out evaluation seeds)" + (f", format i mod {len(agents)}" if len(agents) > 1 else ""),
+                     "training_seed": cfg.seed}
+        else:
+            seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod "
+                              f"{len(script.seller_names)}" + (f", format (i div {len(script.seller_names)}) mod "
+                                                               f"{len(agents)}" if len(agents) > 1 else ""),
+                     "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),

@@ -37,6 +37,23 @@ ACTION_DOCS = {
     "finish": "stop acting for the rest of the episode",
 }
 
+EXAMPLES = {  # one well-formed instance of every action (ids are made up: real ones come from a lab's view)
+    "offer": {"action": "offer", "to": "lab1", "side": "buy", "block": "b2", "hours": 20, "price": 40},
+    "counter": {"action": "counter", "offer": "o1", "price": 50},
+    "accept": {"action": "accept", "offer": "o1"},
+    "reject": {"action": "reject", "offer": "o1"},
+    "pitch": {"action": "pitch", "to": "lab1", "text": "Our job j0.0 lacks 20 GPU-hours before its deadline.",
+              "ask": {"job": "j0.0", "block": "b2", "hours": 20, "price": 40}},
+    "buy_spot": {"action": "buy_spot", "hours": 20},
+    "propose_coalition": {"action": "propose_coalition", "lot": "lot1", "members": ["lab0", "lab1"], "hours": 50},
+    "join": {"action": "join", "coalition": "c1", "hours": 40},
+    "commit": {"action": "commit", "coalition": "c1"},
+    "leave": {"action": "leave", "coalition": "c1"},
+    "allocate": {"action": "allocate", "block": "b1", "job": "j0.0", "hours": 20},
+    "wait": {"action": "wait"},
+    "finish": {"action": "finish"},
+}
+
 _NUM = {"type": "number", "exclusiveMinimum": 0}
 _ID = {"type": "string", "maxLength": 32}
 FIELDS: dict[str, dict[str, dict]] = {
