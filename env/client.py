@@ -19,7 +19,8 @@ from openenv.core import EnvClient
 from openenv.core.client_types import StepResult
 from openenv.core.env_server.types import State
 
-from env.serving import BargainAction, BargainObservation, BargainState, EchoAction, EchoObservation
+from env.serving import BargainAction, BargainObservation, BargainState, EchoAction, EchoObservation, MarketAction, \
+    MarketObservation, MarketState
 
 
 def _result(obs_cls, payload: dict[str, Any]) -> StepResult:
@@ -40,6 +41,19 @@ class BargainClient(EnvClient[BargainAction, BargainObservation, BargainState]):
 
     def _parse_state(self, payload: dict[str, Any]) -> BargainState:
         return BargainState(**payload)
+
+
+class MarketClient(EnvClient[MarketAction, MarketObservation, MarketState]):
+    """Client of ``python -m env.serving --env market`` (the GPU market, you play lab 0)."""
+
+    def _step_payload(self, action: MarketAction) -> dict[str, Any]:
+        return action.model_dump(exclude_none=True, exclude={"metadata"})
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[MarketObservation]:
+        return _result(MarketObservation, payload)
+
+    def _parse_state(self, payload: dict[str, Any]) -> MarketState:
+        return MarketState(**payload)
 
 
 class EchoClient(EnvClient[EchoAction, EchoObservation, State]):

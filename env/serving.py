@@ -1,4 +1,4 @@
-"""The bilateral negotiation served the way the ecosystem expects: an OpenEnv server.
+"""Haggle's environments served the way the ecosystem expects: OpenEnv servers.
 
 Built from ``openenv-core``'s own pieces: typed ``Action``/``Observation``/``State`` models,
 an ``Environment`` subclass, and ``HTTPEnvServer`` (the server behind ``create_fastapi_app``)
@@ -14,7 +14,12 @@ so every observation is the served player's turn. Observations are the player's 
 never the other side's private value or reasoning. Each carries only the public messages that
 are new since the previous one (built incrementally: the payload does not grow with the episode).
 
+The GPU market (``--env market``) is served the same way: the client plays lab 0 with JSON
+actions, the other labs are scripted counterparts acting inside ``step``, and each observation
+is lab 0's own view with the dense reward earned since its previous action.
+
     python -m env.serving --port 8000                      # loopback by default
+    python -m env.serving --env market --port 8001
     python -m env.serving --host 0.0.0.0 --max-sessions 512 --idle-timeout 600
 """
 
@@ -34,6 +39,10 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from env.bargain import DEFAULT_MAX_TURNS, BargainEnv
+from env.market.actions import MAX_ACTION_CHARS, Invalid, validate as validate_market
+from env.market.env import MarketEnv
+from env.market.play import seat_players
+from env.market.world import ARCHETYPES, TASKS as MARKET_TASKS
 from env.play import player_rngs
 from env.players import BUYERS, SELLERS, make_player
 from env.protocol import ACTION_KINDS, MAX_REPLY_CHARS, REASONING_MODES, Action as Move, compose_reply
@@ -229,6 +238,123 @@ class BargainEnvironment(InlineSteps, Environment[BargainAction, BargainObservat
             version="1")
 
 
+# ---------------------------------------------------------------------- the GPU market
+class MarketAction(Action):
+    """One action of the served lab (lab 0): the JSON text a model writes (``reply``: anything that
+    is not an action is refused by the environment with a reason code and the invalid-action
+    penalty, like any agent's), or the action object itself (``move``: checked against the action
+    schema here, so a malformed one is a 422 and never reaches the game)."""
+
+    reply: Optional[str] = Field(default=None, max_length=MAX_ACTION_CHARS,
+                                 description='JSON text, e.g. \'{"action": "buy_spot", "hours": 20}\'')
+    move: Optional[dict] = Field(default=None, description="an action object of the schema (GET /schema, "
+                                                           "env.market.ACTION_SCHEMA)")
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.reply is None) == (self.move is None):
+            raise PydanticCustomError("action_form", "give either 'reply' (JSON text) or 'move' (an action "
+                                                     "object), not both or neither")
+        if self.move is not None:
+            checked = validate_market(self.move)
+            if isinstance(checked, Invalid):
+                raise PydanticCustomError("market_action", "{code}: {detail}",
+                                          {"code": checked.code, "detail": checked.detail})
+        return self
+
+
+class MarketObservation(Observation):
+    """The served lab's view when it is to act (or at the episode's end). ``reward`` is the dense
+    reward lab 0 earned since its previous action (its own action and what the other labs did in
+    between); the rewards of an episode add up to its total."""
+
+    view: dict = Field(default_factory=dict, description=(
+        "the lab's own view (MarketEnv.observe): money, jobs, blocks, the public market, offers and coalitions "
+        "involving it, and the events delivered since its previous view"))
+    last: Optional[dict] = Field(default=None, description="the result of your previous action: ok, code, detail")
+    total_reward: float = Field(default=0.0, description="lab 0's reward so far in this episode")
+    outcome: Optional[dict] = Field(default=None, description="lab 0's reward terms and outcome, once it has ended")
+
+
+class MarketState(State):
+    """Operator view of a market session: identity and progress, nothing private of any lab."""
+
+    task: Optional[str] = None
+    seed: Optional[int] = None
+    counterparts: Optional[str] = None
+    round: int = 0
+    done: bool = False
+    total_reward: float = 0.0
+
+
+class MarketEnvironment(InlineSteps, Environment[MarketAction, MarketObservation, MarketState]):
+    """``MarketEnv`` behind OpenEnv: the client plays lab 0; the other labs are the scripted
+    counterparts (the world's archetypes, or one chosen at reset), who act inside ``step``."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self):
+        super().__init__()
+        self.env = MarketEnv()
+        self.players: list = []
+        self._info: dict = {}
+        self._steps, self._total = 0, 0.0
+
+    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, task: str = "single_trade",
+              counterparts: Optional[str] = None, **_: Any) -> MarketObservation:
+        if task not in MARKET_TASKS:
+            raise BadReset(f"unknown task {task!r}; choose from {', '.join(MARKET_TASKS)}")
+        if counterparts is not None and counterparts not in ARCHETYPES:
+            raise BadReset(f"counterparts must be one of {', '.join(ARCHETYPES)} (or absent: the world's)")
+        seed = 0 if seed is None else seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise BadReset(f"seed must be a non-negative whole number, got {seed!r}")
+        self.env.reset(task, seed)
+        self.players = seat_players(self.env, None, counterparts)
+        self._info = {"episode_id": episode_id, "task": task, "seed": seed, "counterparts": counterparts}
+        self._steps, self._total = 0, 0.0
+        return self._observe(None, self._others())
+
+    def step(self, action: MarketAction, timeout_s: Optional[float] = None, **_: Any) -> MarketObservation:
+        if not self.players:
+            raise EpisodeNotStarted("no episode in this session: reset first")
+        if self.env.done:
+            raise EpisodeNotStarted("the episode is over: reset to start another")
+        result = self.env.step(action.reply if action.reply is not None else action.move)
+        self._steps += 1
+        reward = result.rewards.get(0, 0.0) + self._others()
+        return self._observe(result, reward)
+
+    def _others(self) -> float:
+        """The scripted labs act until lab 0 is to move; returns what that earned or cost lab 0."""
+        env, reward = self.env, 0.0
+        while not env.done and env.to_move != 0:
+            lab = env.to_move
+            reward += env.step(self.players[lab].act(env.observe(lab))).rewards.get(0, 0.0)
+        return reward
+
+    def _observe(self, result, reward: float) -> MarketObservation:
+        env = self.env
+        self._total += reward
+        done = env.done
+        return MarketObservation(
+            done=done, reward=reward, view=env.observe(0), total_reward=self._total,
+            last=None if result is None else {"ok": result.ok, "code": result.code, "detail": result.detail},
+            outcome=env.outcome(0) if done else None)
+
+    @property
+    def state(self) -> MarketState:
+        env = self.env
+        return MarketState(**self._info, step_count=self._steps, round=env.round if env.world else 0,
+                           done=bool(env.world) and env.done, total_reward=self._total)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(name="haggle-market", description=(
+            "The scarce-GPU market: AI labs with private budgets and jobs trade GPU capacity, pitch to a judge, "
+            "form coalitions and weather shocks; the client plays lab 0 with JSON actions; dense reward whose "
+            "terms sum to lab 0's economic outcome over its total job value."), version="1")
+
+
 class EchoAction(Action):
     message: str = Field(default="", max_length=MAX_REPLY_CHARS)
 
@@ -260,13 +386,14 @@ class EchoEnvironment(InlineSteps, Environment[EchoAction, EchoObservation, Stat
 
 
 ENVIRONMENTS = {"bargain": (BargainEnvironment, BargainAction, BargainObservation),
+                "market": (MarketEnvironment, MarketAction, MarketObservation),
                 "echo": (EchoEnvironment, EchoAction, EchoObservation)}
 
 
 # ---------------------------------------------------------------------- app
 def build_app(name: str = "bargain", max_sessions: int = DEFAULT_MAX_SESSIONS,
               idle_timeout_s: Optional[float] = DEFAULT_IDLE_TIMEOUT_S, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The FastAPI app serving environment ``name`` (``bargain`` or ``echo``)."""
+    """The FastAPI app serving environment ``name`` (``bargain``, ``market`` or ``echo``)."""
     if name not in ENVIRONMENTS:
         raise ValueError(f"unknown environment {name!r}; choose from {', '.join(ENVIRONMENTS)}")
     factory, action_cls, obs_cls = ENVIRONMENTS[name]

@@ -12,8 +12,10 @@ import httpx
 import pytest
 import uvicorn
 
-from env.client import BargainClient
-from env.serving import BargainAction, BargainEnvironment, build_app
+from env.client import BargainClient, MarketClient
+from env.market import TASKS, make_policy, play_market
+from env.market.play import seat_rng
+from env.serving import BargainAction, BargainEnvironment, MarketAction, MarketEnvironment, build_app
 from env.tools import HaggleToolEnv
 from tests.conftest import free_port
 
@@ -271,3 +273,115 @@ def test_grpo_runs_through_environment_factory_against_the_server(url, tiny_dir,
     assert all(e.obs.title in train_titles for e in pool), "training episodes come from the train split only"
     for e in pool:
         e._close()
+
+
+# ---------------------------------------------------------------------- the GPU market
+@pytest.fixture(scope="module")
+def market_url():
+    served = Served(build_app("market", max_sessions=100, idle_timeout_s=300))
+    yield served.url
+    served.stop()
+
+
+class MarketDriver:
+    """Lab 0 played by the rule expert from the served view alone; every few moves a model-style
+    JSON text (one of them unreadable), so both action forms and refusals go over the wire."""
+
+    def __init__(self, task: str, seed: int):
+        self.expert, self.k = make_policy("expert"), 0
+        self.task, self.seed = task, seed
+
+    def __call__(self, obs) -> MarketAction:
+        if self.k == 0:
+            self.expert.reset(obs.view, seat_rng(self.task, self.seed, 0))
+        self.k += 1
+        if self.k == 3:
+            return MarketAction(reply="I think I will just wait and see.")  # refused: no_json, penalised
+        move = self.expert.act(obs.view)
+        return MarketAction(reply=json.dumps(move)) if self.k % 2 else MarketAction(move=move)
+
+
+def market_inprocess(task: str, seed: int) -> list[dict]:
+    env, drive = MarketEnvironment(), MarketDriver(task, seed)
+    obs = env.reset(seed=seed, task=task)
+    seen = [obs.model_dump()]
+    while not obs.done:
+        obs = env.step(drive(obs))
+        seen.append(obs.model_dump())
+    return seen
+
+
+async def market_served(url: str, task: str, seed: int) -> list[dict]:
+    drive = MarketDriver(task, seed)
+    async with MarketClient(base_url=url) as client:
+        result = await client.reset(seed=seed, task=task)
+        seen = [result.observation.model_dump()]
+        while not result.done:
+            result = await client.step(drive(result.observation))
+            seen.append(result.observation.model_dump())
+        return seen
+
+
+def test_the_market_is_served_and_equals_the_same_episode_in_process(market_url):
+    assert httpx.get(f"{market_url}/metadata").json()["name"] == "haggle-market"
+    assert "move" in httpx.get(f"{market_url}/schema").json()["action"]["properties"]
+    for task in TASKS:
+        for seed in (2, 5):
+            served = asyncio.run(market_served(market_url, task, seed))
+            assert served == market_inprocess(task, seed)
+            last = served[-1]
+            assert last["done"] and last["outcome"]["invalid"] == 1 and served[3]["last"]["code"] == "no_json"
+            assert sum(o["reward"] or 0.0 for o in served) == pytest.approx(last["total_reward"])
+            assert last["total_reward"] == pytest.approx(last["outcome"]["reward"])
+
+
+def test_the_served_expert_scores_what_it_scores_in_process():
+    for task in TASKS:
+        env, expert = MarketEnvironment(), make_policy("expert")
+        obs = env.reset(seed=8, task=task)
+        expert.reset(obs.view, seat_rng(task, 8, 0))
+        while not obs.done:
+            obs = env.step(MarketAction(move=expert.act(obs.view)))
+        assert obs.total_reward == pytest.approx(play_market(task, 8, make_policy("expert")).outcome(0)["reward"])
+
+
+def test_market_observations_never_carry_other_labs_private_facts():
+    for task in TASKS:
+        served = market_inprocess(task, 4)
+        env = MarketEnvironment()
+        env.reset(seed=4, task=task)
+        private = [j.id for lab in env.env.world.labs[1:] for j in lab.jobs]
+        text = json.dumps(served) + env.state.model_dump_json()
+        for job in private:
+            assert f'"{job}"' not in text, job
+        assert "archetype" not in text and "money" not in json.dumps([o["view"]["labs"] for o in served])
+
+
+@pytest.mark.parametrize("path, body, code, reason", [
+    ("/step", {"action": {"move": {"action": "fly"}}}, 422, "unknown_action"),
+    ("/step", {"action": {"move": {"action": "buy_spot", "hours": "lots"}}}, 422, "bad_value"),
+    ("/step", {"action": {"move": {"action": "wait"}, "reply": "{}"}}, 422, "not both"),
+    ("/step", {"action": {"reply": "x" * 100_000}}, 413, "over the limit"),
+    ("/step", {"action": {"move": {"action": "wait"}}}, 409, "reset first"),
+    ("/reset", {"task": "poker"}, 400, "unknown task"),
+    ("/reset", {"counterparts": "saint"}, 400, "counterparts"),
+])
+def test_bad_market_requests_get_a_4xx_with_a_reason(market_url, path, body, code, reason):
+    sid = httpx.post(f"{market_url}/sessions").json()["session_id"]
+    httpx.post(f"{market_url}/sessions/{sid}/reset", json={"seed": 1, "task": "market_round"})
+    r = httpx.post(f"{market_url}{path}", json=body)
+    assert r.status_code == code, r.text
+    assert reason.lower() in r.text.lower()
+    assert httpx.get(f"{market_url}/sessions/{sid}/state").json()["step_count"] == 0, "no session was touched"
+    ok = httpx.post(f"{market_url}/sessions/{sid}/step", json={"action": {"reply": "no idea"}}).json()
+    assert ok["observation"]["last"]["code"] == "no_json" and ok["reward"] < 0  # read, refused, penalised
+
+
+def test_60_concurrent_market_sessions_do_not_interfere(market_url):
+    jobs = [(list(TASKS)[i % 3], 500 + i) for i in range(60)]
+
+    async def run():
+        return await asyncio.gather(*(market_served(market_url, task, seed) for task, seed in jobs))
+
+    for (task, seed), served in zip(jobs, asyncio.run(run())):
+        assert served == market_inprocess(task, seed), f"{task}/{seed} differs from in-process"
