@@ -107,6 +107,10 @@ class GameStore(SessionStore):
         super().__init__(max_sessions, idle_s)
         self.model_loader = model_loader or _no_model
 
+    @staticmethod
+    def view(game: Game) -> dict:
+        return view(game)
+
     # ------------------------------------------------------------------ lifecycle
     def new_game(self, source: str = "builtin", buyer: str = "expert", seller: str = "neutral",
                  product: int | None = None, seed: int = 0, reasoning_mode: str = "option_a",
@@ -132,15 +136,6 @@ class GameStore(SessionStore):
         if advance:
             _advance(game)
         return game
-
-    def start(self, **kwargs) -> dict:
-        """Start a game in a new session; returns its state (with ``session_id``)."""
-        return view(self.add(self.new_game(**kwargs)))
-
-    def state(self, session_id: str) -> dict:
-        game = self.get(session_id)
-        with game.lock:
-            return view(game)
 
     def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
         """The person's move, then the agents' until it is the person's turn again or the game ends."""

@@ -82,13 +82,9 @@ class MarketGames(SessionStore):
                 pass
         return game
 
-    def start(self, **kwargs) -> dict:
-        return view(self.add(self.new_game(**kwargs)))
-
-    def state(self, session_id: str) -> dict:
-        game = self.get(session_id)
-        with game.lock:
-            return view(game)
+    @staticmethod
+    def view(game: MarketGame) -> dict:
+        return view(game)
 
     def act(self, session_id: str, action) -> dict:
         """The person's action (JSON text or an object), then the agents' until the person is to

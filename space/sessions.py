@@ -12,7 +12,10 @@ class GameError(ValueError):
 
 
 class SessionStore:
-    """Games (anything with ``id`` and ``touched``) by session id."""
+    """Games (anything with ``id``, ``touched`` and ``lock``) by session id; a subclass makes them
+    (``new_game``) and shows them (``view``)."""
+
+    view = staticmethod(lambda game: game)
 
     def __init__(self, max_sessions: int = 1000, idle_s: float = 1800.0):
         self.max_sessions, self.idle_s = max_sessions, idle_s
@@ -31,6 +34,15 @@ class SessionStore:
                                 f"try again in a few minutes")
             self._games[game.id] = game
         return game
+
+    def start(self, **kwargs) -> dict:
+        """Start a game in a new session; returns its state (with ``session_id``)."""
+        return self.view(self.add(self.new_game(**kwargs)))
+
+    def state(self, session_id: str) -> dict:
+        game = self.get(session_id)
+        with game.lock:
+            return self.view(game)
 
     def get(self, session_id: str):
         with self._lock:

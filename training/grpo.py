@@ -146,23 +146,25 @@ class EpisodeRollouts:
         }
 
     def _log(self, records, trainer) -> None:
-        rewards = [r.reward for r in records]
-        g = self.cfg.num_generations
-        groups = [rewards[i: i + g] for i in range(0, len(rewards), g)]
         firsts = [r.metrics["first_offer_ratio"] for r in records if r.metrics["first_offer_ratio"] is not None]
         self.steps.append({
-            "step": trainer.state.global_step + 1,
-            "episodes": len(records),
-            "reward_mean": statistics.fmean(rewards),
-            "reward_std": statistics.pstdev(rewards),
-            "reward_min": min(rewards), "reward_max": max(rewards),
+            **self._reward_stats(records, trainer),
             "deal_rate": statistics.fmean(r.metrics["deal"] for r in records),
             "first_offer_ratio": statistics.fmean(firsts) if firsts else None,
             "turns_mean": statistics.fmean(r.metrics["turns"] for r in records),
             "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
             "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
-            "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups),
         })
+
+    def _reward_stats(self, records, trainer) -> dict:
+        """Reward spread of one step's episodes, and how many groups had no spread at all."""
+        rewards = [r.reward for r in records]
+        g = self.cfg.num_generations
+        groups = [rewards[i: i + g] for i in range(0, len(rewards), g)]
+        return {"step": trainer.state.global_step + 1, "episodes": len(records),
+                "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+                "reward_min": min(rewards), "reward_max": max(rewards),
+                "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups)}
 
 
 class MarketRollouts(EpisodeRollouts):
@@ -176,21 +178,13 @@ class MarketRollouts(EpisodeRollouts):
         return play_market_episodes(episodes, agent, name="policy")
 
     def _log(self, records, trainer) -> None:
-        rewards = [r.reward for r in records]
-        g = self.cfg.num_generations
-        groups = [rewards[i: i + g] for i in range(0, len(rewards), g)]
         outs = [r.metrics for r in records]
         self.steps.append({
-            "step": trainer.state.global_step + 1,
-            "episodes": len(records),
-            "reward_mean": statistics.fmean(rewards),
-            "reward_std": statistics.pstdev(rewards),
-            "reward_min": min(rewards), "reward_max": max(rewards),
+            **self._reward_stats(records, trainer),
             "deal_rate": statistics.fmean(o["deals"] > 0 for o in outs),
             "job_completion_rate": sum(o["jobs_completed"] for o in outs) / max(1, sum(o["jobs"] for o in outs)),
             "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
             "actions_mean": statistics.fmean(o["actions"] for o in outs),
-            "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups),
         })
 
 
