@@ -70,8 +70,8 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
         return "\n".join(lines)
     lines.append(f"Money ${obs['money']:.2f}, reputation {obs['reputation']:.2f}.")
     lines.append("Your jobs: " + "; ".join(
-        f"{j['id']} {j['hours']:g}h ({j['done']:g} done) by round {_r(j['deadline'])} worth ${j['value']:g}, {j['status']}"
-        for j in obs["jobs"]))
+        f"{j['id']} {j['hours']:g}h ({j['done']:g} done) by round {_r(j['deadline'])} worth ${j['value']:g}, "
+        f"{j['status']}" for j in obs["jobs"]))
     mine = [b for b in obs["blocks"] if b["owner"] == me]
     other = [b for b in obs["blocks"] if b["owner"] != me]
     lines.append("Your blocks: " + ("; ".join(f"{b['id']} {b['hours']:g}h from round {_r(b['start'])}, energy "
@@ -133,16 +133,12 @@ PolicySpec = LLMAgent | Teacher | str | Callable[[], MarketPlayer]
 
 def _lab0(spec: PolicySpec, env: MarketEnv):
     """A ``Conversation`` for a model (or a teacher writing into one), else a scripted player."""
-    w = env.world
     if isinstance(spec, LLMAgent):
         return Conversation(spec, LAB, None)
-    if isinstance(spec, Teacher):
-        teacher = make_policy(spec.player) if isinstance(spec.player, str) else spec.player()
-        teacher.reset(env.observe(0, consume_events=False), seat_rng(w.task.name, w.seed, 0))
-        return Conversation(spec.agent, LAB, None, teacher=teacher)
-    player = make_policy(spec) if isinstance(spec, str) else spec()
-    player.reset(env.observe(0, consume_events=False), seat_rng(w.task.name, w.seed, 0))
-    return player
+    scripted = spec.player if isinstance(spec, Teacher) else spec
+    player = make_policy(scripted) if isinstance(scripted, str) else scripted()
+    player.reset(env.observe(0, consume_events=False), seat_rng(env.world.task.name, env.world.seed, 0))
+    return Conversation(spec.agent, LAB, None, teacher=player) if isinstance(spec, Teacher) else player
 
 
 def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec | list[PolicySpec],

@@ -46,6 +46,15 @@ class View:
     def block(self, bid: str) -> dict | None:
         return next((b for b in self.obs["blocks"] if b["id"] == bid), None)
 
+    def theirs(self) -> list[dict]:
+        """Other labs' blocks that still have hours, in the view's order."""
+        return [b for b in self.obs["blocks"] if b["owner"] != self.me and b["hours"] > EPS]
+
+    def unasked(self) -> list[dict]:
+        """``theirs`` without the blocks this lab already has an open offer on."""
+        asked = {o["block"] for o in self.outgoing()}
+        return [b for b in self.theirs() if b["id"] not in asked]
+
     def lacking(self) -> list[tuple[Job, float]]:
         """Open jobs still short of hours, with what they lack, most valuable per missing hour first."""
         lack = rules.shortfall(self.jobs, self.held, self.round)
@@ -350,8 +359,8 @@ class Hoarder(SimpleTrader):
         spot = obs["market"]["spot_hours"]
         if spot > EPS and v.money >= v.spot:
             return {"action": "buy_spot", "hours": round(min(spot, v.money / v.spot * 0.99), 2)}
-        for b in obs["blocks"]:
-            if b["owner"] != v.me and b["hours"] > EPS and (v.round, b["id"]) not in self.tried:
+        for b in v.theirs():
+            if (v.round, b["id"]) not in self.tried:
                 self.tried.add((v.round, b["id"]))
                 price = round(b["hours"] * v.spot, 2)
                 if price <= v.money:
@@ -427,8 +436,8 @@ class GreedyBidder(Hoarder):
             spot = obs["market"]["spot_hours"]
             if spot > EPS and lack * v.spot <= v.money:
                 return {"action": "buy_spot", "hours": round(min(lack, spot), 2)}
-            for b in obs["blocks"]:
-                if b["owner"] != v.me and b["hours"] > EPS and (v.round, b["id"]) not in self.tried:
+            for b in v.theirs():
+                if (v.round, b["id"]) not in self.tried:
                     self.tried.add((v.round, b["id"]))
                     hours = round(min(lack, b["hours"]), 2)
                     price = round(hours * v.spot * 1.5, 2)
@@ -458,12 +467,11 @@ class FreeRider(MarketPlayer):
         move = v.allocation()
         if move:
             return move
-        asked = {o["block"] for o in v.outgoing()}
-        for b in obs["blocks"]:
-            if b["owner"] != v.me and b["hours"] > EPS and b["id"] not in asked:
-                return {"action": "offer", "to": b["owner"], "side": "buy", "block": b["id"], "hours": b["hours"],
-                        "price": 0}
-        return WAIT
+        blocks = v.unasked()
+        if not blocks:
+            return WAIT
+        b = blocks[0]
+        return {"action": "offer", "to": b["owner"], "side": "buy", "block": b["id"], "hours": b["hours"], "price": 0}
 
 
 class KeywordStuffer(MarketPlayer):
@@ -476,15 +484,13 @@ class KeywordStuffer(MarketPlayer):
         move = v.allocation()
         if move:
             return move
-        asked = {o["block"] for o in v.outgoing()}
-        for job, lack in v.lacking():
-            for b in obs["blocks"]:
-                if b["owner"] != v.me and b["hours"] > EPS and b["id"] not in asked:
-                    return {"action": "pitch", "to": b["owner"],
-                            "text": f"{STUFFING} {STUFFING}! We need 1000 GPU-hours, worth $100000.",
-                            "ask": {"job": job.id, "block": b["id"], "hours": round(min(lack, b["hours"]), 2),
-                                    "price": 1}}
-        return WAIT
+        lacking, blocks = v.lacking(), v.unasked()
+        if not lacking or not blocks:
+            return WAIT
+        (job, lack), b = lacking[0], blocks[0]
+        return {"action": "pitch", "to": b["owner"],
+                "text": f"{STUFFING} {STUFFING}! We need 1000 GPU-hours, worth $100000.",
+                "ask": {"job": job.id, "block": b["id"], "hours": round(min(lack, b["hours"]), 2), "price": 1}}
 
 
 class Spammer(MarketPlayer):
@@ -500,7 +506,7 @@ class Spammer(MarketPlayer):
         move = v.allocation()
         if move:
             return move
-        others = [b for b in obs["blocks"] if b["owner"] != v.me and b["hours"] > EPS]
+        others = v.theirs()
         if not others:
             return WAIT
         b = others[self.rng.randrange(len(others))]
