@@ -19,7 +19,6 @@ seller's move was invalid, never why (the reason would reveal the cost).
 from __future__ import annotations
 
 import math
-import random
 from typing import NamedTuple
 
 from env import rules
@@ -132,7 +131,6 @@ class BargainEnv:
             raise TypeError(f"reset() needs a Scenario, got {type(scenario).__name__}")
         self.scenario = scenario
         self.seed = seed
-        self.rng = random.Random(seed)
         self.to_move = BUYER
         self.turn = 1
         self.replies = 0

@@ -391,12 +391,16 @@ ENVIRONMENTS = {"bargain": (BargainEnvironment, BargainAction, BargainObservatio
 
 
 # ---------------------------------------------------------------------- app
-def build_app(name: str = "bargain", max_sessions: int = DEFAULT_MAX_SESSIONS,
+def build_app(name: str | tuple = "bargain", max_sessions: int = DEFAULT_MAX_SESSIONS,
               idle_timeout_s: Optional[float] = DEFAULT_IDLE_TIMEOUT_S, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    """The FastAPI app serving environment ``name`` (``bargain``, ``market`` or ``echo``)."""
-    if name not in ENVIRONMENTS:
+    """The FastAPI app serving environment ``name`` (``bargain``, ``market`` or ``echo``), or any
+    ``(environment factory, action class, observation class)`` served the same way."""
+    if isinstance(name, tuple):
+        (factory, action_cls, obs_cls), name = name, name[0].__name__
+    elif name in ENVIRONMENTS:
+        factory, action_cls, obs_cls = ENVIRONMENTS[name]
+    else:
         raise ValueError(f"unknown environment {name!r}; choose from {', '.join(ENVIRONMENTS)}")
-    factory, action_cls, obs_cls = ENVIRONMENTS[name]
     app = FastAPI(title=f"Haggle OpenEnv server: {name}", docs_url="/docs")
     server = HTTPEnvServer(factory, action_cls, obs_cls,
                            concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions,
@@ -514,8 +518,6 @@ async def _json(request: Request) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import uvicorn  # noqa: PLC0415
-
     ap = argparse.ArgumentParser(description="Serve a Haggle environment with OpenEnv (HTTP + WebSocket sessions).")
     ap.add_argument("--env", default="bargain", choices=list(ENVIRONMENTS))
     ap.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
@@ -527,9 +529,16 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.max_sessions < 1 or args.idle_timeout <= 0 or args.max_body_bytes < 1024:
         ap.error("--max-sessions must be >= 1, --idle-timeout > 0, --max-body-bytes >= 1024")
-    app = build_app(args.env, args.max_sessions, args.idle_timeout, args.max_body_bytes)
+    serve(build_app(args.env, args.max_sessions, args.idle_timeout, args.max_body_bytes), args.host, args.port,
+          args.max_body_bytes)
+
+
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    """Run ``app`` with uvicorn the way ``python -m env.serving`` does (blocks)."""
+    import uvicorn  # noqa: PLC0415
+
     # No per-message deflate: observations are a few hundred bytes, compressing them costs more than it saves.
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", ws_max_size=args.max_body_bytes,
+    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=max_body_bytes,
                 ws_per_message_deflate=False)
 
 

@@ -385,3 +385,41 @@ def test_60_concurrent_market_sessions_do_not_interfere(market_url):
 
     for (task, seed), served in zip(jobs, asyncio.run(run())):
         assert served == market_inprocess(task, seed), f"{task}/{seed} differs from in-process"
+
+
+def test_serving_benchmark_runs_and_its_servers_play_the_in_process_games(tmp_path):
+    """The benchmark script end to end on a small load: its bargain, replay and market servers
+    each end every episode as the same seed ends in-process, and it writes the contract keys."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "serving.json"
+    subprocess.run([sys.executable, "benchmarks/serving_speed.py", "--sessions", "6", "--episodes", "2",
+                    "--market-sessions", "3", "--market-episodes", "1", "--repeats", "2", "--out", str(out)],
+                   cwd=root, check=True, timeout=300, capture_output=True)
+    for art in (json.loads(out.read_text()), json.loads((root / "artifacts/benchmarks/serving.json").read_text())):
+        assert {"command", "config", "seeds", "commit", "date", "machine", "wall_time_s"} <= set(art["provenance"])
+        res = art["results"]
+        assert {"inprocess_steps_per_s", "served_steps_per_s", "step_p50_ms", "step_p99_ms"} <= set(res)
+        assert res["served_equals_inprocess"] and res["replay_equals_inprocess"]
+        assert res["market"]["served_equals_inprocess"]
+        assert res["meets_target"] == (res["served_over_echo"] >= res["target_served_over_echo"])
+        assert all(len(v) == art["provenance"]["config"]["repeats"] for v in res["runs"].values())
+    res = json.loads(out.read_text())["results"]
+    assert res["served_steps"] > 6 * 2 and res["market"]["served_steps"] > 3
+
+
+def test_the_replay_environment_replays_the_in_process_episode():
+    from benchmarks.serving_speed import ReplayEnvironment, play_bargain, policy as bench_policy  # noqa: PLC0415
+    seen = play_bargain(BargainEnvironment(), 10_003)
+    ReplayEnvironment.TAPES = {10_003: [o.model_dump() for o in seen]}
+    env = ReplayEnvironment()
+    obs, k = env.reset(seed=10_003), 0
+    replayed = [obs]
+    while not obs.done:
+        obs = env.step(bench_policy(obs, k))
+        replayed.append(obs)
+        k += 1
+    assert [o.model_dump() for o in replayed] == [o.model_dump() for o in seen] and seen[-1].done
