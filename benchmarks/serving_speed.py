@@ -49,7 +49,7 @@ from env.client import BargainClient, EchoClient, MarketClient
 from env.market.play import seat_rng
 from env.market.players import make_policy
 from env.serving import BargainAction, BargainEnvironment, BargainObservation, BargainState, EchoAction, \
-    InlineSteps, MarketAction, MarketEnvironment, build_app, serve as serve_app
+    EchoEnvironment, InlineSteps, MarketAction, MarketEnvironment, build_app, serve as serve_app
 from training.provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,6 +252,32 @@ def inprocess_market(task: str, all_seeds: list[int]) -> tuple[float, dict[int, 
     return steps / (time.perf_counter() - t0), totals
 
 
+def payload_bytes(all_seeds: list[int]) -> dict[str, dict[str, float]]:
+    """Mean bytes of a step's WebSocket messages each way (what the framework carries), bargain
+    (and replay, the same messages) against echo. The clients only format; they never connect."""
+    import json  # noqa: PLC0415
+
+    from openenv.core.env_server.serialization import serialize_observation  # noqa: PLC0415
+    from openenv.core.env_server.types import WSObservationResponse  # noqa: PLC0415
+
+    def sent(payload: dict) -> int:
+        return len(json.dumps({"type": "step", "data": payload}).encode())
+
+    def received(obs) -> int:
+        return len(WSObservationResponse(data=serialize_observation(obs)).model_dump_json().encode())
+
+    bargain, echo_client = BargainClient(base_url="http://127.0.0.1:9"), EchoClient(base_url="http://127.0.0.1:9")
+    env, up, down = BargainEnvironment(), [], []
+    for seed in all_seeds:
+        seen = play_bargain(env, seed)
+        up += [sent(bargain._step_payload(policy(obs, k))) for k, obs in enumerate(seen[:-1])]
+        down += [received(obs) for obs in seen[1:]]
+    echo = EchoAction(message=ECHO_MESSAGE)
+    return {"bargain": {"to_server": sum(up) / len(up), "to_client": sum(down) / len(down)},
+            "echo": {"to_server": sent(echo_client._step_payload(echo)),
+                     "to_client": received(EchoEnvironment().step(echo))}}
+
+
 def by_seed(per_session: list) -> dict[int, float]:
     """Each served episode's final reward by seed."""
     return {10_000 * s + e: r for s, (_, rs) in enumerate(per_session) for e, r in enumerate(rs)}
@@ -331,6 +357,7 @@ def main() -> None:
         "server_cpu_us_per_step": {n: best[n]["server_cpu_us_per_step"] for n in names},
         "client_cpu_us_per_step": {n: best[n]["client_cpu_us_per_step"] for n in names},
         "game_inprocess_us_per_step": 1e6 / inproc,
+        "payload_bytes_per_step": payload_bytes(bargain_seeds[:200]),
         "game_budget_us_per_step": None if echo_cpu is None else echo_cpu * (1 / TARGET_RATIO - 1),
         # If serving added nothing of ours, a served step would cost the echo round trip plus the
         # environment's own in-process work: the best ratio this environment could reach here.
