@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -44,6 +45,8 @@ from typing import Any, Optional
 
 import httpx
 from openenv.core.env_server import Environment
+from openenv.core.env_server.serialization import serialize_observation
+from openenv.core.env_server.types import WSObservationResponse
 
 from env.client import BargainClient, EchoClient, MarketClient
 from env.market.play import seat_rng
@@ -64,9 +67,13 @@ def policy(obs, k: int) -> BargainAction:
     return BargainAction(kind="BUY", price=round(obs.private_value * (0.5 + 0.07 * k), 2), talk=f"offer {k}")
 
 
-def seeds(sessions: int, episodes: int) -> list[int]:
+def seed_of(session: int, episode: int) -> int:
     """Session s plays episodes with seeds 10000s+e."""
-    return [10_000 * s + e for s in range(sessions) for e in range(episodes)]
+    return 10_000 * session + episode
+
+
+def seeds(sessions: int, episodes: int) -> list[int]:
+    return [seed_of(s, e) for s in range(sessions) for e in range(episodes)]
 
 
 def play_bargain(env: BargainEnvironment, seed: int) -> list[BargainObservation]:
@@ -116,12 +123,13 @@ def serve_replay(port: int, sessions: int, episodes: int) -> None:
 
 def market_driver(task: str, seed: int):
     """Lab 0 as the rule expert, acting from the (served or in-process) view alone."""
-    expert, started = make_policy("expert"), []
+    expert, started = make_policy("expert"), False
 
     def act(obs) -> MarketAction:
+        nonlocal started
         if not started:
             expert.reset(obs.view, seat_rng(task, seed, 0))
-            started.append(True)
+            started = True
         return MarketAction(move=expert.act(obs.view))
     return act
 
@@ -169,7 +177,7 @@ async def bargain_session(client_cls, url: str, s: int, episodes: int, lat: list
     async with client_cls(base_url=url) as client:
         steps, rewards = 0, []
         for e in range(episodes):
-            result, k = await client.reset(seed=10_000 * s + e), 0
+            result, k = await client.reset(seed=seed_of(s, e)), 0
             while not result.done:
                 t = time.perf_counter()
                 result = await client.step(policy(result.observation, k))
@@ -197,8 +205,8 @@ async def market_session(url: str, task: str, s: int, episodes: int, lat: list[f
     async with MarketClient(base_url=url) as client:
         steps, totals = 0, []
         for e in range(episodes):
-            act = market_driver(task, 10_000 * s + e)
-            result = await client.reset(seed=10_000 * s + e, task=task)
+            act = market_driver(task, seed_of(s, e))
+            result = await client.reset(seed=seed_of(s, e), task=task)
             while not result.done:
                 t = time.perf_counter()
                 result = await client.step(act(result.observation))
@@ -255,11 +263,6 @@ def inprocess_market(task: str, all_seeds: list[int]) -> tuple[float, dict[int, 
 def payload_bytes(all_seeds: list[int]) -> dict[str, dict[str, float]]:
     """Mean bytes of a step's WebSocket messages each way (what the framework carries), bargain
     (and replay, the same messages) against echo. The clients only format; they never connect."""
-    import json  # noqa: PLC0415
-
-    from openenv.core.env_server.serialization import serialize_observation  # noqa: PLC0415
-    from openenv.core.env_server.types import WSObservationResponse  # noqa: PLC0415
-
     def sent(payload: dict) -> int:
         return len(json.dumps({"type": "step", "data": payload}).encode())
 
@@ -280,7 +283,7 @@ def payload_bytes(all_seeds: list[int]) -> dict[str, dict[str, float]]:
 
 def by_seed(per_session: list) -> dict[int, float]:
     """Each served episode's final reward by seed."""
-    return {10_000 * s + e: r for s, (_, rs) in enumerate(per_session) for e, r in enumerate(rs)}
+    return {seed_of(s, e): r for s, (_, rs) in enumerate(per_session) for e, r in enumerate(rs)}
 
 
 def main() -> None:
@@ -323,7 +326,7 @@ def main() -> None:
                            for s in range(args.sessions)],
                 "market": [lambda lat, s=s: market_session(url["market"], args.market_task, s, args.market_episodes,
                                                            lat) for s in range(args.market_sessions)]}
-            for name in ("bargain", "replay", "echo", "market"):
+            for name in names:
                 if name == "echo":  # as many steps per session as its bargain counterpart made
                     counts = [n for n, _ in best["bargain"]["per_session"]]
                     session["echo"] = [lambda lat, n=n: echo_session(url["echo"], n, args.episodes, lat)

@@ -23,47 +23,39 @@ from env.serving import BargainAction, BargainObservation, BargainState, EchoAct
     MarketObservation, MarketState
 
 
-def _result(obs_cls, payload: dict[str, Any]) -> StepResult:
-    """The server's ``{observation, reward, done}`` as a typed ``StepResult`` (validated)."""
-    done, reward = payload.get("done", False), payload.get("reward")
-    return StepResult(observation=obs_cls(**{**payload.get("observation", {}), "done": done, "reward": reward}),
-                      reward=reward, done=done)
+class _Typed:
+    """What the three clients share: actions sent as their fields, answers validated into the
+    environment's own observation and state types (``obs_cls``, ``state_cls``)."""
+
+    obs_cls: type
+    state_cls: type
+
+    def _step_payload(self, action) -> dict[str, Any]:
+        return action.model_dump(exclude_none=True, exclude={"metadata"})
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult:
+        """The server's ``{observation, reward, done}`` as a typed ``StepResult`` (validated)."""
+        done, reward = payload.get("done", False), payload.get("reward")
+        return StepResult(observation=self.obs_cls(**{**payload.get("observation", {}), "done": done,
+                                                      "reward": reward}), reward=reward, done=done)
+
+    def _parse_state(self, payload: dict[str, Any]):
+        return self.state_cls(**payload)
 
 
-class BargainClient(EnvClient[BargainAction, BargainObservation, BargainState]):
+class BargainClient(_Typed, EnvClient[BargainAction, BargainObservation, BargainState]):
     """Client of ``python -m env.serving`` (the bilateral negotiation)."""
 
-    def _step_payload(self, action: BargainAction) -> dict[str, Any]:
-        return action.model_dump(exclude_none=True, exclude={"metadata"})
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[BargainObservation]:
-        return _result(BargainObservation, payload)
-
-    def _parse_state(self, payload: dict[str, Any]) -> BargainState:
-        return BargainState(**payload)
+    obs_cls, state_cls = BargainObservation, BargainState
 
 
-class MarketClient(EnvClient[MarketAction, MarketObservation, MarketState]):
+class MarketClient(_Typed, EnvClient[MarketAction, MarketObservation, MarketState]):
     """Client of ``python -m env.serving --env market`` (the GPU market, you play lab 0)."""
 
-    def _step_payload(self, action: MarketAction) -> dict[str, Any]:
-        return action.model_dump(exclude_none=True, exclude={"metadata"})
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[MarketObservation]:
-        return _result(MarketObservation, payload)
-
-    def _parse_state(self, payload: dict[str, Any]) -> MarketState:
-        return MarketState(**payload)
+    obs_cls, state_cls = MarketObservation, MarketState
 
 
-class EchoClient(EnvClient[EchoAction, EchoObservation, State]):
+class EchoClient(_Typed, EnvClient[EchoAction, EchoObservation, State]):
     """Client of ``python -m env.serving --env echo`` (the throughput baseline)."""
 
-    def _step_payload(self, action: EchoAction) -> dict[str, Any]:
-        return {"message": action.message}
-
-    def _parse_result(self, payload: dict[str, Any]) -> StepResult[EchoObservation]:
-        return _result(EchoObservation, payload)
-
-    def _parse_state(self, payload: dict[str, Any]) -> State:
-        return State(**payload)
+    obs_cls, state_cls = EchoObservation, State
