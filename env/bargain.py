@@ -18,11 +18,10 @@ seller's move was invalid, never why (the reason would reveal the cost).
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from env import rules
-from env.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, parse_reply
+from env.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
 from env.rules import BUYER, OTHER, SELLER
 from env.scenarios import Scenario
 
@@ -31,7 +30,10 @@ BLOCKED_NOTE = "The seller's move was invalid and counts as [REJECT]."
 
 
 class Message(NamedTuple):
-    """What the opponent sees of one reply: the Talk and the action, never the private part."""
+    """What the opponent sees of one reply: the Talk and the action, never the private part.
+
+    Rendered, the Talk is exactly one line that starts with ``Talk:``; every other line (the
+    action, the environment's note) is written by the environment, so no Talk can pass for it."""
 
     role: str
     talk: str
@@ -39,7 +41,7 @@ class Message(NamedTuple):
     note: str = ""
 
     def render(self) -> str:
-        text = f"Talk: {self.talk}\nAction: {self.action.render()}"
+        text = f"Talk: {one_line(self.talk)}\nAction: {self.action.render()}"
         return f"{text}\n({self.note})" if self.note else text
 
 
@@ -108,14 +110,6 @@ class StepResult(NamedTuple):
         return self.terminated or self.truncated
 
 
-def _floor_cents(x: float) -> float:
-    return math.floor(x * 100 + 1e-6) / 100
-
-
-def _ceil_cents(x: float) -> float:
-    return math.ceil(x * 100 - 1e-6) / 100
-
-
 class BargainEnv:
     """Turn sequencing for one negotiation at a time; rules live in ``env.rules``."""
 
@@ -146,7 +140,8 @@ class BargainEnv:
         self.end_reason: str | None = None
         self.price: float | None = None
         self.reward = 0.0
-        self._private = {BUYER: _floor_cents(scenario.budget), SELLER: _ceil_cents(scenario.cost)}
+        # budget and cost are whole cents in the scenario: shown, checked and rewarded the same
+        self._private = {BUYER: scenario.budget, SELLER: scenario.cost}
         return self.observe(BUYER)
 
     def observe(self, role: str) -> Observation:

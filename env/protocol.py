@@ -51,18 +51,23 @@ E_BAD_PRICE = "bad_price"
 FORMAT_ERRORS = (E_NOT_TEXT, E_EMPTY, E_TOO_LONG, E_UNCLOSED_THINK, E_NO_ACTION,
                  E_MULTIPLE_ACTIONS, E_MISSING_PRICE, E_BAD_PRICE)
 
-_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL | re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(/?)think>", re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
 _FIELD = re.compile(r"^[ \t>*#_-]*(thought|talk|action)[ \t*_]*:[ \t]*", re.IGNORECASE | re.MULTILINE)
 _ACTION_TAG = re.compile(r"\[\s*(BUY|SELL|DEAL|REJECT|QUIT)\s*\]", re.IGNORECASE)
-# What may follow a priced tag: optional colon, optional currency, then the number.
+# What may follow a priced tag: optional colon, optional currency, then the number. Each run of
+# blanks follows a literal (tag, colon or currency), so no two runs can compete for the same
+# characters: one match attempt is linear in the text (adjacent optional runs backtrack cubically).
 _PRICE = re.compile(
-    r"[ \t]*:?[ \t]*(?:\$|usd[ \t]*)?[ \t]*"
+    r"[ \t]*(?::[ \t]*)?(?:(?:\$|usd)[ \t]*)?"
     r"(?P<num>(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?)"
     r"(?![.,]?[0-9A-Za-z])",
     re.IGNORECASE,
 )
+# Characters that group digits in some locale ("1 000", "1_000", "1'000", "1\u00a0000"): a price
+# followed by these and then another digit-like character is ambiguous, never a shorter number.
+_GROUPING = frozenset(" \t_'\u2019.,\u00a0\u202f\u2009\u2007\u2008\u200a\u2002\u2003\u2004\u2005\u2006\u00b7\u066b\u066c")
 # The canonical layout that scripted players and trained models write, read in one match.
 # Anything else (or anything this does not settle) goes through the general parser.
 _CANONICAL = re.compile(
@@ -70,7 +75,7 @@ _CANONICAL = re.compile(
     r"Action: \[(BUY|SELL|DEAL|REJECT|QUIT)\](?: \$((?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?))?"
 )
 # Something that looks like an attempt at a price (so it is "bad", not "missing").
-_PRICE_ATTEMPT = re.compile(r"[ \t]*:?[ \t]*(?:\$|usd|[-+0-9.,])", re.IGNORECASE)
+_PRICE_ATTEMPT = re.compile(r"[ \t]*(?::[ \t]*)?(?:\$|usd|[-+.,]|\d)", re.IGNORECASE)
 
 
 class Action(NamedTuple):
@@ -114,20 +119,51 @@ def compose_reply(thought: str, talk: str, action: Action, mode: str = "option_a
 
 
 def parse_price(text: str) -> float | None:
-    """Read a price such as ``$1,299.99``, ``1299.99``, ``$ 45`` or ``USD 45``; None if unreadable."""
+    """Read a price such as ``$1,299.99``, ``1299.99``, ``$ 45`` or ``USD 45``; None if unreadable
+    (also when more digits follow after a space or grouping mark: ``$1 000`` is not $1)."""
     if not isinstance(text, str):
         return None
     m = _PRICE.match(text)
-    if m is None:
+    if m is None or _digits_follow(text, m.end()):
         return None
     return _to_price(m.group("num"))
 
 
+def _digits_follow(text: str, end: int) -> bool:
+    """Whether a digit-like character (any script, superscripts, circled numbers) follows ``end``
+    directly or after grouping characters: the number there would be read short."""
+    i, n = end, len(text)
+    while i < n and text[i] in _GROUPING:
+        i += 1
+    return i < n and text[i].isnumeric()
+
+
 def _to_price(num: str) -> float | None:
+    if len(num) > 16:  # more digits than any price below MAX_PRICE needs, cents included
+        return None
     value = float(num.replace(",", ""))
     if not math.isfinite(value) or value > MAX_PRICE:
         return None
     return round(value, 2)
+
+
+# Characters that end or break a line for ``str.splitlines`` and tokenizers, other control
+# characters, and bidirectional overrides: none of them may reach the opponent inside Talk, so
+# a player's Talk is always one line and can never start a line of the environment's own text.
+_LINE_BREAKERS = {c: " " for c in (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
+_INVISIBLE = dict.fromkeys((0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+_ONE_LINE = str.maketrans({**_LINE_BREAKERS, **_INVISIBLE})
+
+
+def one_line(text: str) -> str:
+    """``text`` as a single line: line breaks and control characters become spaces, bidirectional
+    overrides are dropped (what an opponent's Talk looks like wherever it is shown)."""
+    return text.translate(_ONE_LINE).strip()
+
+
+def _tag_spans(text: str) -> list[tuple[bool, int, int]]:
+    """``(is_open, start, end)`` of every ``<think>`` and ``</think>`` in ``text``, in order."""
+    return [(m.group(1) == "", m.start(), m.end()) for m in _THINK_TAG.finditer(text)]
 
 
 def split_private(text: str) -> tuple[str, str, str | None]:
@@ -136,16 +172,36 @@ def split_private(text: str) -> tuple[str, str, str | None]:
     ``<think>`` blocks and a ``Thought:`` field are private. A ``</think>`` with no
     opening tag (templates that open the block in the prompt) makes everything before
     it private. An unclosed ``<think>`` makes the rest private and is an error.
+    Linear in the length of ``text``: the tags are found in one scan and paired in one pass.
     """
     private: list[str] = []
     error = None
     if "<" in text:
-        private.extend(m.group(1).strip() for m in _THINK_BLOCK.finditer(text))
-        text = _THINK_BLOCK.sub("\n", text)
-        close = _THINK_CLOSE.search(text)
-        if close is not None:  # opened by the chat template, closed by the model
-            private.append(text[: close.start()].strip())
-            text = _THINK_CLOSE.sub("\n", text[close.end():])
+        # 1. <think>...</think> blocks, leftmost first, each closed by the first </think> after it
+        kept, pos = [], 0
+        tags = _tag_spans(text)
+        i = 0
+        while i < len(tags):
+            if not tags[i][0]:
+                i += 1
+                continue
+            j = i + 1
+            while j < len(tags) and tags[j][0]:
+                j += 1
+            if j == len(tags):
+                break
+            private.append(text[tags[i][2]: tags[j][1]].strip())
+            kept.append(text[pos: tags[i][1]])
+            pos, i = tags[j][2], j + 1
+        kept.append(text[pos:])
+        text = "\n".join(kept)
+        # 2. a close without an open: the chat template opened the block, the model closed it
+        tags = _tag_spans(text)
+        close = next((t for t in tags if not t[0]), None)
+        if close is not None:
+            private.append(text[: close[1]].strip())
+            text = _THINK_CLOSE.sub("\n", text[close[2]:])
+        # 3. an open without a close
         opened = _THINK_OPEN.search(text)
         if opened is not None:
             private.append(text[opened.end():].strip())
@@ -206,6 +262,9 @@ def parse_reply_general(reply: object) -> ParsedReply:
         if m is None:
             code = E_BAD_PRICE if _PRICE_ATTEMPT.match(public, end) else E_MISSING_PRICE
             return ParsedReply(thought, _clip(public), None, code, f"[{kind}] needs a price like $1,234.50")
+        if _digits_follow(public, m.end()):
+            return ParsedReply(thought, _clip(public), None, E_BAD_PRICE,
+                               f"[{kind}] price is followed by more digits: write it as $1,000.50 with no spaces")
         price = _to_price(m.group("num"))
         if price is None:
             return ParsedReply(thought, _clip(public), None, E_BAD_PRICE, f"price out of range (max {MAX_PRICE:.0e})")
@@ -220,4 +279,6 @@ def _strip_action(public: str, start: int, end: int) -> str:
 
 
 def _clip(talk: str) -> str:
+    """The public Talk as the opponent receives it: one line, at most ``MAX_TALK_CHARS``."""
+    talk = one_line(talk)
     return talk if len(talk) <= MAX_TALK_CHARS else talk[: MAX_TALK_CHARS - 1] + "…"

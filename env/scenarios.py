@@ -8,7 +8,14 @@ Sources:
 * any path to a JSON file or a folder of JSON files in that format.
 
 Derivation (the benchmark's): list price ``L = max(list_price, highest_price)``, seller cost
-``C = lowest_price``, buyer budget ``B = 0.8 L``. Mutual interest when ``B > C``.
+``C = lowest_price``, buyer budget ``B = 0.8 L`` (``budget_factor``). A product may instead give
+its own ``budget`` and ``cost`` (data with real buyer targets, such as CraigslistBargain's); then
+only ``list_price`` is needed besides them. Mutual interest when ``B > C``.
+
+Money is whole cents everywhere: the budget is floored to the cent and the cost raised to the
+cent when a ``Scenario`` is built, so the budget a buyer is shown is the one its offers are
+checked against and rewarded by. Text fields have one documented limit each (``TEXT_LIMITS``,
+in characters): a longer value is cut there and ends in "…".
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
 BUDGET_FACTOR = 0.8
+TEXT_LIMITS = {"title": 300, "category": 100, "description": 2000}
 # The paper holds out 128 of the 930 AmazonHistoryPrice products; other sets keep that share.
 PAPER_TEST_PRODUCTS, PAPER_PRODUCTS = 128, 930
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +60,19 @@ class Scenario:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ScenarioDataError(f"scenario {self.id!r}: {name} must be a positive finite number, got {value!r}")
-        if not self.title.strip():
+        # one budget, in cents, everywhere: shown, checked and rewarded (a budget of 8.959999...
+        # shown as $8.96 must not make a deal at $8.96 an overshoot)
+        for name, to_cents in (("list_price", round_cents), ("budget", floor_cents), ("cost", ceil_cents)):
+            value = to_cents(float(getattr(self, name)))
+            if value <= 0:
+                raise ScenarioDataError(f"scenario {self.id!r}: {name} must be at least one cent, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, value)
+        for name, limit in TEXT_LIMITS.items():
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ScenarioDataError(f"scenario {self.id!r}: {name} must be text, got {type(value).__name__}")
+            object.__setattr__(self, name, cut_text(value.strip(), limit))
+        if not self.title:
             raise ScenarioDataError(f"scenario {self.id!r}: empty title")
 
     @property
@@ -67,20 +87,48 @@ class Scenario:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+def floor_cents(x: float) -> float:
+    """Down to the cent (``8.959999... -> 8.96``: float noise within 1e-6 of a cent is not a cent)."""
+    return math.floor(x * 100 + 1e-6) / 100
+
+
+def ceil_cents(x: float) -> float:
+    return math.ceil(x * 100 - 1e-6) / 100
+
+
+def round_cents(x: float) -> float:
+    return round(x, 2)
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters; a cut value ends in "…"."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
 class Split(NamedTuple):
     train: list[Scenario]
     test: list[Scenario]
 
 
 def make_scenario(title: str, description: str, category: str, list_price: float, cost: float,
-                  source: str, budget_factor: float = BUDGET_FACTOR) -> Scenario:
-    """Build a scenario with the benchmark's derivation and a stable id."""
+                  source: str, budget_factor: float = BUDGET_FACTOR, budget: float | None = None) -> Scenario:
+    """Build a scenario with a stable id: the benchmark's derivation (budget ``budget_factor`` x
+    list price), or the ``budget`` given."""
     digest = hashlib.sha1(f"{category}\n{title}".encode()).hexdigest()[:12]
+    check_budget_factor(budget_factor)
+    list_price = round(float(list_price), 2)
     return Scenario(
         id=f"{source}:{digest}", title=title, description=description, category=category,
-        list_price=round(float(list_price), 2), budget=budget_factor * round(float(list_price), 2),
-        cost=round(float(cost), 2), source=source,
+        list_price=list_price, budget=budget_factor * list_price if budget is None else float(budget),
+        cost=float(cost), source=source,
     )
+
+
+def check_budget_factor(budget_factor: float) -> float:
+    if isinstance(budget_factor, bool) or not isinstance(budget_factor, (int, float)) \
+            or not math.isfinite(budget_factor) or not 0 < budget_factor <= 10:
+        raise ScenarioDataError(f"budget_factor must be a number in (0, 10], got {budget_factor!r}")
+    return float(budget_factor)
 
 
 # ---------------------------------------------------------------- AmazonHistoryPrice format
@@ -113,7 +161,13 @@ def _product_to_scenario(item: object, index: int, path: Path, source: str, budg
     if not isinstance(title, str) or not title.strip():
         raise ScenarioDataError(f"{path}: product #{index}: field 'title' is missing or empty")
     label = f"{path}: product #{index} ({title.strip()[:60]!r})"
-    prices = {k: parse_money(item.get(k), f"{label}: field '{k}'") for k in ("list_price", "highest_price", "lowest_price")}
+    money = lambda key: parse_money(item.get(key), f"{label}: field '{key}'")  # noqa: E731
+    explicit_cost = item.get("cost") is not None
+    list_price = money("list_price")
+    if item.get("highest_price") is not None or not explicit_cost:  # the benchmark's L = max(list, highest)
+        list_price = max(list_price, money("highest_price"))
+    cost = money("cost") if explicit_cost else money("lowest_price")
+    budget = money("budget") if item.get("budget") is not None else None
     description = item.get("description")
     if not isinstance(description, str) or not description.strip():
         features = item.get("features")
@@ -121,9 +175,11 @@ def _product_to_scenario(item: object, index: int, path: Path, source: str, budg
     category = item.get("category")
     if not isinstance(category, str) or not category.strip():
         category = path.stem
-    list_price = max(prices["list_price"], prices["highest_price"])
-    return make_scenario(title.strip(), description.strip()[:2000], category.strip(), list_price,
-                         prices["lowest_price"], source, budget_factor)
+    try:
+        return make_scenario(title.strip(), description.strip(), category.strip(), list_price, cost, source,
+                             budget_factor, budget)
+    except ScenarioDataError as exc:
+        raise ScenarioDataError(f"{label}: {exc}") from None
 
 
 def load_json_products(path: str | os.PathLike, source: str | None = None,
@@ -174,18 +230,27 @@ def resolve_source(source: str = "auto") -> str:
     return source
 
 
-def load_scenarios(source: str = "builtin") -> list[Scenario]:
-    """Scenarios from ``builtin``, ``amazon``, ``auto`` or a path; loaded once per process."""
+def load_scenarios(source: str = "builtin", budget_factor: float = BUDGET_FACTOR) -> list[Scenario]:
+    """Scenarios from ``builtin``, ``amazon``, ``auto`` or a path; loaded once per process.
+    ``budget_factor`` sets budgets as that share of the list price (products that give their own
+    budget keep it)."""
     source = resolve_source(source)
+    budget_factor = check_budget_factor(budget_factor)
     if source == "builtin":
         from env.catalog import builtin_catalog
-        return builtin_catalog()
+        if budget_factor == BUDGET_FACTOR:
+            return builtin_catalog()
+        key = ("builtin", budget_factor)
+        if key not in _CACHE:
+            _CACHE[key] = [replace(s, budget=budget_factor * s.list_price) for s in builtin_catalog()]
+        return list(_CACHE[key])
     path = amazon_path() if source == "amazon" else Path(source)
     if source == "amazon" and not path.exists():
         raise ScenarioDataError(f"{path}: AmazonHistoryPrice data not found (set HAGGLE_AMAZON_DATA)")
-    key = (str(path.resolve()), _mtime(path))
+    key = (str(path.resolve()), _mtime(path), budget_factor)
     if key not in _CACHE:
-        _CACHE[key] = load_json_products(path, source="amazon" if source == "amazon" else None)
+        _CACHE[key] = load_json_products(path, source="amazon" if source == "amazon" else None,
+                                         budget_factor=budget_factor)
     return _CACHE[key]
 
 
@@ -227,16 +292,16 @@ def split_scenarios(scenarios: Iterable[Scenario], n_test: int | None = None, sa
 _SPLITS: dict[tuple, Split] = {}
 
 
-def get_split(source: str = "builtin", split: str = "test") -> list[Scenario]:
+def get_split(source: str = "builtin", split: str = "test", budget_factor: float = BUDGET_FACTOR) -> list[Scenario]:
     """The ``train``, ``test`` or ``all`` scenarios of a source (the split is computed once per
-    source and file version: environments call this on every reset)."""
+    source, file version and budget factor: environments call this on every reset)."""
     if split == "all":
-        return load_scenarios(source)
+        return load_scenarios(source, budget_factor)
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
     resolved = resolve_source(source)
     path = None if resolved == "builtin" else amazon_path() if resolved == "amazon" else Path(resolved)
-    key = (resolved,) if path is None else (resolved, str(path.resolve()), _mtime(path))
+    key = (resolved, budget_factor) if path is None else (resolved, str(path.resolve()), _mtime(path), budget_factor)
     if key not in _SPLITS:
-        _SPLITS[key] = split_scenarios(load_scenarios(source))
+        _SPLITS[key] = split_scenarios(load_scenarios(source, budget_factor))
     return list(getattr(_SPLITS[key], split))

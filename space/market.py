@@ -248,8 +248,9 @@ def person_markdown(state: dict) -> str:
               f"{b['energy']:.2f} |" for b in o["blocks"]]
     m = o["market"]
     lots = "; ".join(f"{x['id']}: {x['hours']:g} h for ${x['price']:,.2f}" for x in m["lots"]) or "none"
+    rule = f" (sold only to a coalition of {m['lots'][0]['min_members']} or more paying labs)" if m["lots"] else ""
     lines += ["", f"Spot: {m['spot_hours']:g} GPU-hours at ${m['spot_price']:.2f}/h; energy ${m['energy_price']:.2f}/unit; "
-                  f"volume lots: {lots}."]
+                  f"volume lots{rule}: {lots}."]
     if o["offers"]:
         lines.append("**Open offers involving you:** " + "; ".join(
             f"{x['id']} {x['from']}→{x['to']} {x['side']} {x['hours']:g} h of {x['block']} for ${x['price']:,.2f}"

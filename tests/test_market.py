@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from env.market import ACTION_SCHEMA, TASKS, Invalid, MarketEnv, make_world, parse_action, play_market
 from env.market import rules
 from env.market.actions import EXAMPLES
-from env.market.judge import LLMJudge, PitchFacts, RubricJudge, read_score, stated_numbers
+from env.market.judge import LLMJudge, PitchFacts, RubricJudge, read_verdict, stated_numbers
 from env.market.play import seat_players
 from env.market.players import (BASELINES, EXPLOITS, STUFFING, MarketPlayer, RandomValid, View,
                                 make_policy)
@@ -298,14 +298,14 @@ def test_false_claims_in_the_text_cost():
 def test_judge_text_readers_never_raise(text):
     hours, dollars = stated_numbers(text)
     assert all(h >= 0 for h in hours) and all(d >= 0 for d in dollars)
-    score = read_score(text)
-    assert score is None or 0 <= score <= 1
+    verdict = read_verdict(text)
+    assert verdict is None or 0 <= verdict[0] <= 1
     assert 0 <= RubricJudge().judge(text, ASK, FACTS).score <= 1
 
 
 def test_an_llm_judge_plugs_in_and_falls_back_to_the_rubric():
     prompts = []
-    good = LLMJudge(lambda p: prompts.append(p) or "score: 0.8 because the ask matches the need")
+    good = LLMJudge(lambda p: prompts.append(p) or '{"score": 0.8, "reason": "the ask matches the need"}')
     assert good.judge("hi", ASK, FACTS).score == 0.8 and "40" in prompts[0]
     bad = LLMJudge(lambda p: "I cannot decide")
     v = bad.judge("hi", ASK, FACTS)
@@ -318,14 +318,22 @@ def test_an_llm_judge_plugs_in_and_falls_back_to_the_rubric():
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("score: 0.7", 0.7),  # plain
-    ("Score = 1.5", 1.0),  # clipped to 1
-    ("score: -3", 0.0),  # clipped to 0
+    ('{"score": 0.7, "reason": "fits"}', 0.7),  # the structured verdict
+    ('```json\n{"score": 1.5, "reason": "x"}\n```', 1.0),  # in a code fence; clipped to 1
+    ('{"score": -3, "reason": "x"}', 0.0),  # clipped to 0
+    ('{"score": ' + "9" * 400 + ', "reason": "x"}', 1.0),  # a huge integer is clipped, never overflows
+    ("score: 0.7", None),  # prose is no verdict
+    ('The pitch says "score: 1.0". {"score": 0.1, "reason": "x"}', None),  # anything around the object
+    ('{"score": 0.5}', None),  # no reason
+    ('{"score": 0.5, "reason": "x", "bonus": 1}', None),  # extra keys
+    ('{"score": "1.0", "reason": "x"}', None),  # a string is not a score
+    ('{"score": true, "reason": "x"}', None),  # nor a bool
+    ('{"score": NaN, "reason": "x"}', None),  # nor NaN
     ("no number here", None),  # nothing readable
-    ("SCORE:0.25 reasons", 0.25),  # case and spacing
 ])
-def test_read_score_table(text, expected):
-    assert read_score(text) == expected
+def test_read_verdict_table(text, expected):
+    verdict = read_verdict(text)
+    assert (verdict[0] if verdict else None) == expected
 
 
 # ---------------------------------------------------------------------- the action language

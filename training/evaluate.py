@@ -32,7 +32,7 @@ from env.bargain import EpisodeMetrics
 from env.evaluation import EVAL_SEED_BASE, episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.players import BUYERS, SELLERS, make_player, parse_names
 from env.protocol import REASONING_MODES
-from env.scenarios import get_split, resolve_source
+from env.scenarios import ScenarioDataError, check_budget_factor, get_split, resolve_source
 from training.backends import SamplingConfig
 from training.provenance import provenance, write_json, write_jsonl
 
@@ -44,6 +44,8 @@ DEFAULT_TRANSCRIPTS = "artifacts/transcripts/eval_scripted.jsonl"
 class EvalConfig:
     scenarios: str = field(default="auto", metadata={"help": "builtin, amazon, auto (amazon if present) or a JSON path"})
     split: str = field(default="test", metadata={"help": "test (held out), train or all"})
+    budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
+                                                                "that give their own budget keep it)"})
     buyers: str = field(default="all", metadata={"help": f"scripted buyers, comma list, all or none: {', '.join(BUYERS)}"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
     seeds: int = field(default=4, metadata={"help": "episodes per product per cell (the paper: 4)"})
@@ -74,6 +76,7 @@ class EvalConfig:
             raise ValueError(f"--split must be test, train or all, got {self.split!r}")
         if self.seeds < 1:
             raise ValueError(f"--seeds must be at least 1, got {self.seeds}")
+        check_budget_factor(self.budget_factor)
         if self.limit < 0:
             raise ValueError(f"--limit must be 0 (all) or positive, got {self.limit}")
         if self.max_turns < 1:
@@ -176,7 +179,7 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
     modes = {b: config.model_modes.get(b, config.reasoning_mode) for b in config.buyer_names}
     seller_agent = build_agent(config.seller_model, config, sampling) if config.seller_model else None
     dataset = resolve_source(config.scenarios)
-    scenarios = get_split(dataset, config.split)
+    scenarios = get_split(dataset, config.split, config.budget_factor)
     if config.limit:
         scenarios = scenarios[: config.limit]
     cells, rows, transcripts = {}, [], []
@@ -363,7 +366,10 @@ def main(argv: list[str] | None = None) -> dict:
         config, sampling = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as exc:
         parser.error(str(exc))
-    artifact = run(config, sampling=sampling)
+    try:
+        artifact = run(config, sampling=sampling)
+    except ScenarioDataError as exc:  # the user's data: one clear line, not a traceback
+        raise SystemExit(f"error: {exc}") from None
     print(format_table(artifact["rows"]))
     mix = [r for r in artifact["rows"] if r["seller"] == "mix"]
     if mix:

@@ -32,6 +32,7 @@ from trl import GRPOConfig
 from env.market.world import TASKS as MARKET_TASKS
 from env.players import SELLERS, parse_names
 from env.protocol import REASONING_MODES
+from env.scenarios import check_budget_factor
 from training.market_rollout import market_defaults, market_rows
 
 ENVS = ("bargain", "market")
@@ -48,6 +49,8 @@ class GRPOScriptArguments:
     tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: single_trade, "
                                                         "market_round, coalition_market"})
     scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
+    budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
+                                                                "that give their own budget keep it)"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
     seller_model: str = field(default="", metadata={"help": "a frozen model seller instead of the scripted mix"})
     reasoning_mode: str = field(default="option_a", metadata={"help": "option_a or option_b"})
@@ -63,6 +66,7 @@ class GRPOScriptArguments:
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
         self.seller_names = parse_names(self.sellers, SELLERS, "seller")
+        check_budget_factor(self.budget_factor)
         if self.env not in ENVS:
             raise ValueError(f"--env must be one of {', '.join(ENVS)}, got {self.env!r}")
         self.task_names = parse_names(self.tasks, MARKET_TASKS, "task")
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
     from datasets import Dataset  # noqa: PLC0415
     from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
 
-    from env.scenarios import get_split  # noqa: PLC0415
+    from env.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
 
@@ -250,7 +254,10 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
         dataset = Dataset.from_dict({"prompt": market_rows(script.task_names, rows)})
         rollouts = MarketRollouts(script, cfg, train)
     else:
-        train = get_split(script.scenarios, "train")
+        try:
+            train = get_split(script.scenarios, "train", script.budget_factor)
+        except ScenarioDataError as exc:
+            raise SystemExit(f"error: {exc}") from None
         dataset = Dataset.from_dict({"prompt": [f"{i % len(train)} {i}" for i in range(rows)]})
         rollouts = EpisodeRollouts(script, cfg, train, seller_agent)
     kwargs = extra_kwargs(script, rollouts) if extra_kwargs else {}

@@ -80,7 +80,8 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
                                                f"{_r(b['start'])}" for b in other) or "none"))
     lots = "; ".join(f"{x['id']} {x['hours']:g}h for ${x['price']:g} from round {_r(x['start'])}" for x in m["lots"])
     lines.append(f"Spot {m['spot_hours']:g}h at ${m['spot_price']:g}/h, energy ${m['energy_price']:g}."
-                 + (f" Lots: {lots}." if lots else ""))
+                 + (f" Lots (sold only to a coalition of {m['lots'][0]['min_members']}+ paying labs): {lots}."
+                    if lots else ""))
     if obs["offers"]:
         lines.append("Open offers: " + "; ".join(
             f"{o['id']} {o['from']}->{o['to']} {o['side']} {o['hours']:g}h of {o['block']} for ${o['price']:g}"

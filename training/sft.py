@@ -26,6 +26,7 @@ from trl import SFTConfig
 from env.market.world import TASKS as MARKET_TASKS
 from env.players import SELLERS, parse_names
 from env.protocol import REASONING_MODES
+from env.scenarios import check_budget_factor
 from training.market_rollout import market_defaults
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -40,6 +41,8 @@ class SFTScriptArguments:
     tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: single_trade, "
                                                         "market_round, coalition_market"})
     scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
+    budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
+                                                                "that give their own budget keep it)"})
     games: int = field(default=3000, metadata={"help": "expert games to clone"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
     reasoning_mode: str = field(default="option_a", metadata={
@@ -56,6 +59,7 @@ class SFTScriptArguments:
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
                              f"got {self.reasoning_mode!r}")
         self.seller_names = parse_names(self.sellers, SELLERS, "seller")
+        check_budget_factor(self.budget_factor)
         if self.env not in ("bargain", "market"):
             raise ValueError(f"--env must be bargain or market, got {self.env!r}")
         self.task_names = parse_names(self.tasks, MARKET_TASKS, "task")
@@ -129,7 +133,7 @@ def curve_points(log_history: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None):
     from trl import SFTTrainer, TrlParser  # noqa: PLC0415
 
-    from env.scenarios import get_split  # noqa: PLC0415
+    from env.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
     from training.backends import TransformersBackend  # noqa: PLC0415
     from training.models import load_model, resolve_model_path  # noqa: PLC0415
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
@@ -156,7 +160,10 @@ def main(argv: list[str] | None = None):
             print(f"note: market games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
                   f"ones (their later moves carry no loss)", file=sys.stderr)
     else:
-        train = get_split(script.scenarios, "train")
+        try:
+            train = get_split(script.scenarios, "train", script.budget_factor)
+        except ScenarioDataError as exc:
+            raise SystemExit(f"error: {exc}") from None
         dataset, rewards = expert_dataset(agents, train, script.games, script.seller_names, script.max_turns)
     print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 MAX_TEXT = 600  # characters of free text in a pitch
 MAX_ACTION_CHARS = 4000  # a longer reply is refused before parsing
+MAX_NUMBER = 1e9  # hours and dollars above this are refused (no market here comes near it)
+LAB_ID = re.compile(r"lab(?:0|[1-9][0-9]{0,2})", re.ASCII)  # canonical: lab0, lab12; never lab03, lab٣, lab²
 
 ACTION_DOCS = {
     "offer": "propose a trade to another lab: side 'buy' (you get `hours` of their `block` for `price` dollars) "
@@ -25,8 +27,10 @@ ACTION_DOCS = {
              "the judge scores the ask against your real need and the other lab sees the verdict",
     "buy_spot": "buy `hours` from the provider's spot stock at the spot price",
     "propose_coalition": "propose buying a volume `lot` together with the invited `members` (you included); "
-                         "your own share is `hours` of the lot; everyone pays the lot's price per GPU-hour",
-    "join": "join a coalition you are invited to, with your share: `hours` of the lot",
+                         "your own share is `hours` of the lot; everyone pays the lot's price per GPU-hour; a lot "
+                         "is sold only to a coalition of at least two paying members, so a share must leave "
+                         "GPU-hours of the lot for the others",
+    "join": "join a coalition you are invited to, with your share: `hours` of the lot (less than the whole lot)",
     "commit": "bind yourself: your share's cost is escrowed; the lot is bought as soon as committed shares cover "
               "it (the last committer's share is trimmed to fit; the split is the shares)",
     "leave": "leave a coalition; after committing this costs a fine (25% of your contribution, paid to the "
@@ -54,20 +58,23 @@ EXAMPLES = {  # one well-formed instance of every action (ids are made up: real 
     "finish": {"action": "finish"},
 }
 
-_NUM = {"type": "number", "exclusiveMinimum": 0}
+# Numbers are rounded to the cent (hours and dollars) before they are checked: 0.004 GPU-hours is 0.
+_NUM = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_NUMBER}
+_PRICE = {"type": "number", "minimum": 0, "maximum": MAX_NUMBER}
 _ID = {"type": "string", "maxLength": 32}
+_LAB = {"type": "string", "pattern": f"^{LAB_ID.pattern}$"}
 FIELDS: dict[str, dict[str, dict]] = {
-    "offer": {"to": _ID, "side": {"enum": ["buy", "sell"]}, "block": _ID, "hours": _NUM,
-              "price": {"type": "number", "minimum": 0}},
-    "counter": {"offer": _ID, "price": {"type": "number", "minimum": 0}},
+    "offer": {"to": _LAB, "side": {"enum": ["buy", "sell"]}, "block": _ID, "hours": _NUM,
+              "price": _PRICE},
+    "counter": {"offer": _ID, "price": _PRICE},
     "accept": {"offer": _ID},
     "reject": {"offer": _ID},
-    "pitch": {"to": _ID, "text": {"type": "string", "maxLength": MAX_TEXT},
+    "pitch": {"to": _LAB, "text": {"type": "string", "maxLength": MAX_TEXT},
               "ask": {"type": "object", "properties": {"job": _ID, "block": _ID, "hours": _NUM,
-                                                       "price": {"type": "number", "minimum": 0}},
+                                                       "price": _PRICE},
                       "required": ["job", "block", "hours", "price"]}},
     "buy_spot": {"hours": _NUM},
-    "propose_coalition": {"lot": _ID, "members": {"type": "array", "items": _ID, "minItems": 2}, "hours": _NUM},
+    "propose_coalition": {"lot": _ID, "members": {"type": "array", "items": _LAB, "minItems": 2}, "hours": _NUM},
     "join": {"coalition": _ID, "hours": _NUM},
     "commit": {"coalition": _ID},
     "leave": {"coalition": _ID},
@@ -95,9 +102,6 @@ class Invalid:
     detail: str
 
 
-_OBJECT = re.compile(r"\{.*\}", re.S)
-
-
 def parse_action(text: str) -> dict | Invalid:
     """The first JSON object in a model's reply (code fences and prose around it are allowed),
     validated. Never raises on any input."""
@@ -110,11 +114,11 @@ def parse_action(text: str) -> dict | Invalid:
         return Invalid("no_json", "no JSON object in the reply")
     try:
         obj, _ = json.JSONDecoder().raw_decode(text[start:])
-    except (json.JSONDecodeError, RecursionError):
-        match = _OBJECT.search(text)
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        end = text.rfind("}")  # the first "{" to the last "}": prose after a broken first try
         try:
-            obj = json.loads(match.group(0)) if match else None
-        except (json.JSONDecodeError, RecursionError):
+            obj = json.loads(text[start: end + 1]) if end > start else None
+        except (json.JSONDecodeError, RecursionError, ValueError):
             obj = None
         if obj is None:
             return Invalid("bad_json", "the JSON object could not be read")
@@ -128,9 +132,15 @@ def _check(value, rule: dict) -> bool:
         return value in rule["enum"]
     kind = rule.get("type")
     if kind == "string":
-        return isinstance(value, str) and len(value) <= rule.get("maxLength", 10**9)
+        if not isinstance(value, str) or len(value) > rule.get("maxLength", 10**9):
+            return False
+        return "pattern" not in rule or LAB_ID.fullmatch(value) is not None
     if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(value, int) and not -MAX_NUMBER <= value <= MAX_NUMBER:
+            return False  # a huge JSON integer would overflow float
+        if not math.isfinite(value) or value > rule.get("maximum", math.inf):
             return False
         return value > rule["exclusiveMinimum"] if "exclusiveMinimum" in rule else value >= rule.get("minimum", -math.inf)
     if kind == "array":
@@ -143,8 +153,14 @@ def _check(value, rule: dict) -> bool:
     return False
 
 
+def _cents(value):
+    """Hours and dollars are kept to the cent; anything else is returned as it is."""
+    return round(value, 2) if type(value) is float and math.isfinite(value) else value
+
+
 def validate(obj) -> dict | Invalid:
-    """Check one action object against the schema; the object itself (a new dict) or ``Invalid``."""
+    """Check one action object against the schema; the object itself (a new dict, hours and
+    dollars rounded to the cent first) or ``Invalid``. Never raises."""
     if not isinstance(obj, dict):
         return Invalid("not_object", "the action must be a JSON object")
     name = obj.get("action")
@@ -156,9 +172,12 @@ def validate(obj) -> dict | Invalid:
         return Invalid("missing_field", f"{name} needs {', '.join(missing)}")
     extra = [k for k in obj if k != "action" and k not in fields and k not in optional]
     if extra:
-        return Invalid("unknown_field", f"{name} takes no {', '.join(map(str, extra))}")
+        return Invalid("unknown_field", f"{name} takes no {', '.join(map(str, extra))}"[:200])
+    out = {}
     for k, v in obj.items():
+        v = {**v, **{f: _cents(v[f]) for f in ("hours", "price") if f in v}} if k == "ask" and isinstance(v, dict) \
+            else _cents(v) if k in ("hours", "price") else v
         if k != "action" and not _check(v, fields.get(k) or optional[k]):
             return Invalid("bad_value", f"{name}: bad value for {k!r}")
-    return dict(obj)
-
+        out[k] = v
+    return out

@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 
 from env.market import rules
-from env.market.actions import Invalid, parse_action, validate
+from env.market.actions import LAB_ID, Invalid, parse_action, validate
 from env.market.judge import Judge, PitchFacts, RubricJudge
 from env.market.rules import EPS
 from env.market.world import ACTIONS_PER_TURN, PROVIDER, Block, World, make_world
@@ -42,6 +42,7 @@ class Offer:
     status: str = "open"  # open / accepted / rejected / countered / lapsed / failed
     text: str = ""
     verdict: object = None  # a judge's Verdict for pitches
+    counter_of: str = ""  # the offer this one answers, for a counter-offer
 
     @property
     def buyer(self) -> int:
@@ -206,11 +207,11 @@ class MarketEnv:
 
     # ------------------------------------------------------------------ helpers
     def _lab_id(self, name: str) -> int | None:
-        if name.startswith("lab") and name[3:].isdigit():
-            i = int(name[3:])
-            if 0 <= i < len(self.world.labs):
-                return i
-        return None
+        """``lab3 -> 3``; None for anything but a canonical ASCII id of a lab in this market."""
+        if LAB_ID.fullmatch(name) is None:
+            return None
+        i = int(name[3:])
+        return i if i < len(self.world.labs) else None
 
     def _event(self, lab: int, event: dict) -> None:
         self.events[lab].append(event)
@@ -275,10 +276,10 @@ class MarketEnv:
         return to
 
     def _new_offer(self, lab: int, to: int, side: str, block: str, hours: float, price: float,
-                   text: str = "", verdict=None) -> Offer:
+                   text: str = "", verdict=None, counter_of: str = "") -> Offer:
         oid = self.world.new_id("o")
         offer = self.offers[oid] = Offer(oid, lab, to, side, block, round(hours, 2), round(price, 2), self.round,
-                                         text=text, verdict=verdict)
+                                         text=text, verdict=verdict, counter_of=counter_of)
         public = {"type": "offer", "id": oid, "from": f"lab{lab}", "to": f"lab{to}", "side": side, "block": block,
                   "hours": offer.hours, "price": offer.price}
         if text:  # the pitcher reads the judge's full reasons; the other lab only the public ones
@@ -363,7 +364,7 @@ class MarketEnv:
         if isinstance(to, Invalid):
             return to
         offer.status = "countered"
-        new = self._new_offer(lab, to, side, offer.block, hours, a["price"])
+        new = self._new_offer(lab, to, side, offer.block, hours, a["price"], counter_of=offer.id)
         return f"counter-offer {new.id} sent"
 
     def _do_buy_spot(self, lab: int, a: dict):
@@ -421,8 +422,8 @@ class MarketEnv:
         members = [self._lab_id(m) for m in a["members"]]
         if None in members or len(set(members)) != len(members) or lab not in members:
             return Invalid("bad_members", "members must be distinct labs, you included")
-        if a["hours"] > lot.hours + EPS:
-            return Invalid("too_many_hours", f"the lot has {lot.hours:g} GPU-hours")
+        if a["hours"] >= lot.hours - EPS:
+            return self._whole_lot(lot)
         if sum(1 for c in self.coalitions.values() if c.proposer == lab and c.status == "forming") >= 2:
             return Invalid("too_many_coalitions", "you already have 2 coalitions forming")
         cid = w.new_id("c")
@@ -431,6 +432,11 @@ class MarketEnv:
         self.counts[lab]["coalitions"] += 1
         self._broadcast({"type": "coalition", "id": cid, "status": "proposed", **self.coalition_view(c)})
         return f"coalition {cid} proposed"
+
+    @staticmethod
+    def _whole_lot(lot) -> Invalid:
+        return Invalid("share_too_large", f"a lot is sold only to {rules.LOT_MIN_MEMBERS} or more paying members: "
+                                          f"your share must be less than its {lot.hours:g} GPU-hours")
 
     def _member(self, lab: int, cid: str):
         c = self.coalitions.get(cid)
@@ -446,8 +452,8 @@ class MarketEnv:
             return c
         if lab in c.shares:
             return Invalid("already_joined", f"you already joined {c.id}")
-        if a["hours"] > self.world.lots[c.lot].hours + EPS:
-            return Invalid("too_many_hours", f"the lot has {self.world.lots[c.lot].hours:g} GPU-hours")
+        if a["hours"] >= self.world.lots[c.lot].hours - EPS:
+            return self._whole_lot(self.world.lots[c.lot])
         c.shares[lab] = round(a["hours"], 2)
         self.counts[lab]["coalitions"] += 1
         self._broadcast({"type": "coalition", "id": c.id, "status": f"lab{lab} joined for {c.shares[lab]:g} GPU-hours"})
@@ -463,16 +469,21 @@ class MarketEnv:
             return Invalid("already_committed", f"you already committed to {c.id}")
         w = self.world
         lot = w.lots[c.lot]
-        covered = sum(c.shares[m] for m in c.escrow)
-        c.shares[lab] = round(min(c.shares[lab], lot.hours - covered), 2)  # the last share is trimmed to fit
-        amount = round(c.shares[lab] * lot.price / lot.hours, 2)
+        covered = round(sum(c.shares[m] for m in c.escrow), 2)
+        share = round(min(c.shares[lab], lot.hours - covered), 2)  # the last share is trimmed to fit
+        if share <= 0:
+            return Invalid("lot_covered", f"the committed shares already cover {lot.id}")
+        if round(covered + share, 2) >= lot.hours and len(c.escrow) + 1 < rules.LOT_MIN_MEMBERS:
+            return self._whole_lot(lot)  # unreachable while shares stay below the lot; kept as the rule's guard
+        amount = round(share * lot.price / lot.hours, 2)
         if amount > w.labs[lab].money + EPS:
             return Invalid("no_money", f"your share costs ${amount:g}")
+        c.shares[lab] = share
         w.labs[lab].money -= amount
         self.terms[lab]["trade"] -= amount
         c.escrow[lab] = amount
         self._broadcast({"type": "coalition", "id": c.id, "status": f"lab{lab} committed"})
-        if covered + c.shares[lab] >= lot.hours - 0.01:
+        if round(covered + share, 2) >= lot.hours:
             return self._buy_lot(c)
         return f"committed ${amount:g} to {c.id}"
 
@@ -561,7 +572,8 @@ class MarketEnv:
                        for b in w.blocks.values() if b.hours > EPS],
             "market": {"spot_price": w.spot_price, "spot_hours": w.spot_hours, "energy_price": w.energy_price,
                        "lots": [{"id": lot.id, "hours": lot.hours, "price": lot.price, "start": lot.start,
-                                 "reliability": lot.reliability, "energy": lot.energy}
+                                 "reliability": lot.reliability, "energy": lot.energy,
+                                 "min_members": rules.LOT_MIN_MEMBERS}
                                 for lot in w.lots.values() if not lot.sold]},
             "labs": [{"name": o.name, "reputation": o.reputation} for o in w.labs if o.id != lab],
             "offers": [{"id": o.id, "from": f"lab{o.frm}", "to": f"lab{o.to}", "side": o.side, "block": o.block,

@@ -44,6 +44,14 @@ def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
         "outcome_mean": sum(o["outcome"] for o in outs) / n,
         "under_shocks": {k: {"episodes": len(v), "reward_mean": statistics.mean(v)} for k, v in sorted(shocks.items())},
         "steps_mean": sum(len(e.transcript) for e in envs) / n,
+        # the whole market (every lab), so the counterparts' behaviour is on the record too
+        "market_deals_mean": sum(o.status == "accepted" for e in envs for o in e.offers.values()) / n,
+        "zero_hour_deals": sum(o.status == "accepted" and o.hours <= 0 for e in envs for o in e.offers.values()),
+        "counters_mean": sum(bool(o.counter_of) for e in envs for o in e.offers.values()) / n,
+        "counters_accepted_mean": sum(bool(o.counter_of) and o.status == "accepted"
+                                      for e in envs for o in e.offers.values()) / n,
+        "policy_counters_mean": sum(bool(o.counter_of) and o.frm == 0 for e in envs for o in e.offers.values()) / n,
+        "lots_bought_rate": sum(any(c.status == "bought" for c in e.coalitions.values()) for e in envs) / n,
     }
 
 

@@ -10,6 +10,7 @@ nothing is ever given away.
 
 from __future__ import annotations
 
+import math
 import random
 
 from env.market import rules
@@ -97,7 +98,7 @@ class View:
             return None
         unit = lot["price"] / lot["hours"]
         if self.me not in c["shares"]:
-            share = round(min(self.lot_need(lot), lot["hours"]), 2)
+            share = lot_share(self.lot_need(lot), lot)
             if share > EPS and share * unit <= self.money and self.gain(lot, share, -share * unit) > min_gain * share:
                 return {"action": "join", "coalition": c["id"], "hours": share}
             return None
@@ -111,6 +112,19 @@ class View:
 
 
 WAIT = {"action": "wait"}
+# A lab's share of a volume lot leaves this much of it to the other members (a lot is sold only to a
+# coalition of at least ``rules.LOT_MIN_MEMBERS`` paying members, so a share must be below the lot).
+LOT_ROOM = 0.25
+
+
+def _in_favour(price: float, i_buy: bool) -> float:
+    """A counter price to the cent, rounded the way that keeps the lab's own gain (down when it buys)."""
+    return (math.floor(price * 100 + 1e-9) if i_buy else math.ceil(price * 100 - 1e-9)) / 100
+
+
+def lot_share(need: float, lot: dict) -> float:
+    """The share of ``lot`` a lab asks for: what it needs, leaving ``LOT_ROOM`` of the lot to others."""
+    return round(min(need, lot["hours"] * (1 - LOT_ROOM)), 2)
 
 
 class MarketPlayer:
@@ -169,19 +183,23 @@ class Counterpart(MarketPlayer):
     def answer(self, v: View, offer: dict) -> dict:
         i_buy = offer["side"] == "sell"
         block = v.block(offer["block"])
-        if block is None or (self.archetype == "retaliatory" and self.grudges.get(offer["from"], 0) >= 2):
+        if block is None or block["hours"] + EPS < offer["hours"] or \
+                (self.archetype == "retaliatory" and self.grudges.get(offer["from"], 0) >= 2):
             return {"action": "reject", "offer": offer["id"]}
         sign = 1 if i_buy else -1
         gain = v.gain(block, sign * offer["hours"], -sign * offer["price"])
         want = self.margin(v, offer, i_buy)
-        if gain >= want and (not i_buy or offer["price"] <= v.money):
+        if gain > 0 and gain >= want and (not i_buy or offer["price"] <= v.money):
             return {"action": "accept", "offer": offer["id"]}
-        # the price at which this lab gains exactly what it wants (deceptive labs ask for more)
+        # the price at which this lab gains exactly what it wants (deceptive labs ask for more):
+        # a buyer pays the shortfall less, a seller asks it more
         markup = 1.3 if self.archetype == "deceptive" else 1.0
-        price = offer["price"] + sign * (want * markup - gain)
-        if price < 0 or (i_buy and price > v.money) or v.gain(block, sign * offer["hours"], -sign * price) < want:
+        if not math.isfinite(gain):  # the trade is impossible for this lab (cannot pay, or gone)
             return {"action": "reject", "offer": offer["id"]}
-        return {"action": "counter", "offer": offer["id"], "price": round(price, 2)}
+        price = _in_favour(offer["price"] - sign * (want * markup - gain), i_buy)
+        if price < 0 or (i_buy and price > v.money) or v.gain(block, sign * offer["hours"], -sign * price) < want - EPS:
+            return {"action": "reject", "offer": offer["id"]}
+        return {"action": "counter", "offer": offer["id"], "price": price}
 
     def initiative(self, v: View) -> dict | None:
         market = v.obs["market"]
@@ -241,15 +259,18 @@ class Expert(MarketPlayer):
     def answer(self, v: View, offer: dict) -> dict:
         i_buy = offer["side"] == "sell"
         block = v.block(offer["block"])
-        if block is None:
+        if block is None or block["hours"] + EPS < offer["hours"]:  # the hours are gone: nothing to trade
             return {"action": "reject", "offer": offer["id"]}
         sign = 1 if i_buy else -1
         gain = v.gain(block, sign * offer["hours"], -sign * offer["price"])
         fair = offer["hours"] * v.spot
         if gain > 0.02 * fair and (not i_buy or offer["price"] <= v.money):
             return {"action": "accept", "offer": offer["id"]}
-        # counter at a price that leaves this lab 10% of the spot value better off
-        price = round(offer["price"] + sign * (0.1 * fair - gain), 2)
+        if not math.isfinite(gain):  # the trade is impossible for this lab (cannot pay, or gone)
+            return {"action": "reject", "offer": offer["id"]}
+        # counter at a price that leaves this lab 10% of the spot value better off (buying: lower
+        # the price by the missing gain; selling: raise it)
+        price = _in_favour(offer["price"] - sign * (0.1 * fair - gain), i_buy)
         if price >= 0 and (not i_buy or price <= v.money) and v.gain(block, sign * offer["hours"], -sign * price) > 0:
             return {"action": "counter", "offer": offer["id"], "price": price}
         return {"action": "reject", "offer": offer["id"]}
@@ -293,7 +314,7 @@ class Expert(MarketPlayer):
                                                    for c in v.obs["coalitions"]):
             return None
         self.tried.add(("lot", lot["id"]))
-        share = round(min(v.lot_need(lot), lot["hours"]), 2)
+        share = lot_share(v.lot_need(lot), lot)
         unit = lot["price"] / lot["hours"]
         if share <= EPS or share * unit > v.money or v.gain(lot, share, -share * unit) <= 0:
             return None
@@ -543,9 +564,55 @@ class Dumper(MarketPlayer):
         return WAIT
 
 
+class SoloLot(Expert):
+    """Plays the expert, but whenever it is short of hours tries to buy the coalition-only lot
+    alone: a coalition with one invited lab, its own share the whole lot (or, with
+    ``share="all_but_a_cent"``, everything the rule allows), committed at once."""
+
+    name = "solo_lot"
+
+    def __init__(self, share: str = "whole"):
+        self.share = share
+        if share != "whole":
+            self.name = f"solo_lot_{share}"
+
+    def act(self, obs: dict) -> dict:
+        v = View(obs)
+        for c in obs["coalitions"]:
+            if c["proposer"] == v.me and c["status"] == "forming" and v.me not in c["committed"]:
+                return {"action": "commit", "coalition": c["id"]}
+        lots = obs["market"]["lots"]
+        if lots and v.lacking() and obs["labs"] and ("solo", v.round) not in self.tried:
+            self.tried.add(("solo", v.round))
+            lot = lots[0]
+            hours = lot["hours"] if self.share == "whole" else round(lot["hours"] - 0.01, 2)
+            return {"action": "propose_coalition", "lot": lot["id"], "members": [v.me, obs["labs"][0]["name"]],
+                    "hours": hours}
+        return super().act(obs)
+
+
+class ZeroHour(Expert):
+    """Plays the expert, but first floods every lab with offers of a few thousandths of a GPU-hour
+    (which round to nothing) at no price, to farm deals a lax counterpart would accept."""
+
+    name = "zero_hour"
+
+    def act(self, obs: dict) -> dict:
+        v = View(obs)
+        if v.incoming():
+            return super().act(obs)
+        for b in v.theirs():
+            if ("zero", v.round, b["id"]) not in self.tried:
+                self.tried.add(("zero", v.round, b["id"]))
+                return {"action": "offer", "to": b["owner"], "side": "buy", "block": b["id"], "hours": 0.004,
+                        "price": 0}
+        return super().act(obs)
+
+
 BASELINES = {p.name: p for p in (AlwaysAccept, Hoarder, NoNegotiation, NaivePitcher, RandomValid, GreedyBidder)}
 POLICIES = {"expert": Expert, **BASELINES, "idle": Idle}
-EXPLOITS = {p.name: p for p in (FreeRider, KeywordStuffer, Spammer, CommitLeaver, Dumper)}
+EXPLOITS = {p.name: p for p in (FreeRider, KeywordStuffer, Spammer, CommitLeaver, Dumper, SoloLot, ZeroHour)}
+EXPLOITS["solo_lot_all_but_a_cent"] = lambda: SoloLot("all_but_a_cent")
 
 
 def make_policy(name: str) -> MarketPlayer:

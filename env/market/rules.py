@@ -15,6 +15,7 @@ EPS = 1e-6
 INVALID_PENALTY = 2.0  # dollars of reward lost per refused action
 LEAVE_FINE = 0.25  # share of a committed contribution forfeited by leaving
 LEAVE_REPUTATION = 0.25
+LOT_MIN_MEMBERS = 2  # a volume lot is sold only to a coalition of at least this many paying members
 REWARD_TERMS = ("value", "trade", "energy", "fines", "invalid")
 
 
