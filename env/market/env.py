@@ -125,7 +125,9 @@ class MarketEnv:
             ok, code, detail = False, result.code, result.detail
         else:
             ok, code, detail = True, "ok", result or ""
-        self.transcript.append({"round": self.round, "lab": lab, "action": parsed if ok else action,
+        # a well-formed action is recorded as read (dict or text alike), an unreadable one as sent
+        self.transcript.append({"round": self.round, "lab": lab,
+                                "action": action if isinstance(parsed, Invalid) else parsed,
                                 "code": code, "detail": detail})
         name = parsed["action"] if ok else ""
         self._left -= 1
