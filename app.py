@@ -18,19 +18,19 @@ from pathlib import Path
 
 import gradio as gr
 
-from env.evaluation import EVAL_SEED_BASE, summarize_row
+from env.bargain.evaluation import EVAL_SEED_BASE, summarize_row
 from env.market import ACTION_SCHEMA, POLICIES, TASKS as MARKET_TASKS, make_policy, play_market
 from env.market.actions import ACTION_DOCS
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, summarize as summarize_market
-from env.play import play_metrics
-from env.players import BUYERS, SELLERS, make_player
-from env.protocol import REASONING_MODES
-from env.rules import BUYER, SELLER
-from env.scenarios import get_split, load_scenarios
+from env.bargain.play import play_metrics
+from env.bargain.players import BUYERS, SELLERS, make_player
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.rules import BUYER, SELLER
+from env.bargain.scenarios import get_split, load_scenarios
 from space import figures as F
 from space import market as M
-from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, advance_steps, available_sources, \
-    check_seed, choices, test_scenarios, view
+from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, available_sources, check_seed, choices, \
+    view
 from space.model import ENV_VAR, load_seat, model_label
 
 ROOT = Path(__file__).resolve().parent
@@ -139,7 +139,9 @@ def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: i
         raise GameError(f"episodes must be a whole number from 1 to {cap} for this buyer; got {episodes!r}")
     if reasoning_mode not in REASONING_MODES:
         raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}")
-    scenarios = test_scenarios(source)
+    if source not in available_sources():
+        raise GameError(f"unknown or unavailable source {source!r}; choose from {', '.join(available_sources())}")
+    scenarios = get_split(source, "test")
     # players are reset at the start of every episode, so one of each serves all episodes
     b = load_seat(BUYER, reasoning_mode) if buyer == MODEL else make_player(BUYER, buyer, reasoning_mode)
     seats = [make_player(SELLER, name, reasoning_mode) for name in sellers]
@@ -285,7 +287,7 @@ def ui_start(source, buyer, seller, mode, product, seed, old_session):
                                     reasoning_mode=mode, advance=False))
     with game.lock:
         yield (game.id, *_game_outputs(view(game)))
-        for _ in advance_steps(game):
+        while game.match.advance(limit=1):
             time.sleep(PACE_S)
             *outs, controls = _game_outputs(view(game))
             yield (game.id, *outs, controls if game.env.done or game.human == game.env.to_move else gr.skip())
@@ -320,7 +322,7 @@ def ui_market_start(task, policy, counterparts, seed, old_session):
                                         seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed))
     with game.lock:
         yield (game.id, *_market_outputs(M.view(game)))
-        for _ in M.advance_steps(game, per_round=True):
+        for _ in M.rounds(game.match):
             time.sleep(PACE_S)
             yield (game.id, *_market_outputs(M.view(game)))
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from env.bargain import BargainEnv
-from env.play import play_episode
-from env.players import SELLERS, make_player
-from env.scenarios import get_split
+from env.bargain.env import BargainEnv
+from env.bargain.play import play_episode
+from env.bargain.players import SELLERS, make_player
+from env.bargain.scenarios import get_split
 from training.provenance import provenance, write_json
 
 TARGET_SPEEDUP = 2.0

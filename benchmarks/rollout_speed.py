@@ -26,8 +26,8 @@ import argparse
 import json
 import time
 
-from env.evaluation import episode_seed
-from env.scenarios import get_split
+from env.bargain.evaluation import episode_seed
+from env.bargain.scenarios import get_split
 from training.backends import SamplingConfig, TransformersBackend
 from training.models import load_model
 from training.provenance import provenance, write_json

@@ -4,10 +4,10 @@ trivial echo environment served the same way, in one run on one machine.
 * ``inprocess_steps_per_s``: ``BargainEnvironment.step`` called directly (a step is one move of
   the served buyer plus the scripted seller's answer), the same policy and seeds as the clients.
 * ``served_steps_per_s``: ``--sessions`` concurrent WebSocket sessions (the typed OpenEnv client,
-  asyncio, one process) against ``python -m env.serving`` in its own process on loopback, each
+  asyncio, one process) against ``python -m serving`` in its own process on loopback, each
   playing ``--episodes`` whole episodes; ``step_p50_ms``/``step_p99_ms`` are per-step latencies.
   ``served_equals_inprocess``: every served episode ended with the reward it has in-process.
-* ``echo_served_steps_per_s``: the echo environment served the same way (``--env echo``), each
+* ``echo_served_steps_per_s``: the echo environment served the same way (``benchmarks/echo.py``), each
   session making as many steps as its bargain counterpart did. The target is served bargain
   throughput >= 0.9x echo (the serving cost is the framework's, not the environment's).
 * ``replay_served_steps_per_s``: the served bargain without the game. A replay environment with
@@ -48,11 +48,14 @@ from openenv.core.env_server import Environment
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import WSObservationResponse
 
-from env.client import BargainClient, EchoClient, MarketClient
+from echo import EchoAction, EchoClient, EchoEnvironment
 from env.market.play import seat_rng
 from env.market.players import make_policy
-from env.serving import BargainAction, BargainEnvironment, BargainObservation, BargainState, EchoAction, \
-    EchoEnvironment, InlineSteps, MarketAction, MarketEnvironment, build_app, serve as serve_app
+from serving.app import build_app, serve as serve_app
+from serving.bargain import BargainAction, BargainEnvironment, BargainObservation, BargainState
+from serving.base import InlineSteps
+from serving.client import BargainClient, MarketClient
+from serving.market import MarketAction, MarketEnvironment
 from training.provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,8 +148,11 @@ def start_server(name: str, port: int, args) -> subprocess.Popen:
     if name == "replay":
         cmd = [sys.executable, str(Path(__file__).resolve()), "--serve-replay", str(port), "--sessions",
                str(args.sessions), "--episodes", str(args.episodes)]
+    elif name == "echo":
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / "echo.py"), "--port", str(port),
+               "--max-sessions", str(args.sessions + 8)]
     else:
-        cmd = [sys.executable, "-m", "env.serving", "--env", name, "--port", str(port), "--max-sessions",
+        cmd = [sys.executable, "-m", "serving", "--env", name, "--port", str(port), "--max-sessions",
                str(max(args.sessions, args.market_sessions) + 8)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60

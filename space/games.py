@@ -13,63 +13,36 @@ game is shown, both sides' reasoning included.
 
 from __future__ import annotations
 
-import random
 import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 
-from env.bargain import DEFAULT_MAX_TURNS, BargainEnv
-from env.play import player_rngs
-from env.players import BUYERS, SELLERS, make_player
-from env.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REASONING_MODES, REJECT, SELL, Action, compose_reply, \
-    format_price, parse_reply
-from env.rules import BUYER, OTHER, SELLER, bargained_ratio
-from env.scenarios import Scenario, get_split, resolve_source
-from space.sessions import GameError, SessionStore
+from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv
+from env.bargain import play
+from env.bargain.play import Match, available_sources, check_max_turns, check_mode, pick_scenario
+from env.bargain.players import BUYERS, SELLERS, make_player
+from env.bargain.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REJECT, SELL, Action, compose_reply, format_price, \
+    parse_reply
+from env.bargain.rules import BUYER, OTHER, SELLER, bargained_ratio
+from env.bargain.scenarios import Scenario
+from space.sessions import GameError, SessionStore, as_game_error
 
 HUMAN = "human"
 MODEL = "model"
-SOURCES = ("builtin", "amazon")
 HUMAN_ACTIONS = ("offer", "accept", "reject", "quit")
-MAX_TURNS_LIMIT = 20
-MAX_SEED = 2**63 - 1
+
+__all__ = ["GameStore", "Game", "available_sources", "check_seed", "choices", "view", "turn_messages", "HUMAN", "MODEL"]
 
 
-def available_sources() -> list[str]:
-    return [s for s in SOURCES if s == "builtin" or resolve_source("auto") == "amazon"]
+def check_seed(seed) -> int:
+    with as_game_error():
+        return play.check_seed(seed)
 
 
 def choices(role: str) -> list[str]:
     """Who may sit in ``role``: scripted players, the trained model and a person."""
     return [*(BUYERS if role == BUYER else SELLERS), MODEL, HUMAN]
-
-
-def test_scenarios(source: str) -> list[Scenario]:
-    if source not in available_sources():
-        raise GameError(f"unknown or unavailable scenario source {source!r}; choose from "
-                        f"{', '.join(available_sources())}")
-    return get_split(source, "test")
-
-
-def pick_scenario(source: str, product: int | None, seed: int) -> tuple[int, Scenario]:
-    """A held-out test product by index, or one drawn from the seed when ``product`` is None."""
-    scenarios = test_scenarios(source)
-    seed = check_seed(seed)
-    if product is None:
-        product = random.Random(seed).randrange(len(scenarios))
-    if isinstance(product, bool) or not isinstance(product, int) or not 0 <= product < len(scenarios):
-        raise GameError(f"product must be a whole number from 0 to {len(scenarios) - 1} (test products of "
-                        f"{source}), or empty for one drawn from the seed; got {product!r}")
-    return product, scenarios[product]
-
-
-def check_seed(seed) -> int:
-    if isinstance(seed, float) and seed.is_integer():
-        seed = int(seed)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise GameError(f"seed must be a whole number from 0 to {MAX_SEED}; got {seed!r}")
-    return seed
 
 
 def _seat(role: str, name: str, mode: str, model_loader):
@@ -86,18 +59,27 @@ def _seat(role: str, name: str, mode: str, model_loader):
 class Game:
     id: str
     product: int
-    scenario: Scenario
-    seed: int
     mode: str
     names: dict
-    seats: dict  # role -> Player, or None for a person
-    env: BargainEnv
+    match: Match
     lock: threading.Lock = field(default_factory=threading.Lock)
     touched: float = field(default_factory=time.monotonic)
 
     @property
+    def env(self) -> BargainEnv:
+        return self.match.env
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.match.scenario
+
+    @property
+    def seed(self) -> int:
+        return self.match.seed
+
+    @property
     def human(self) -> str | None:
-        return next((r for r in (BUYER, SELLER) if self.seats[r] is None), None)
+        return self.match.outside_role()
 
 
 class GameStore(SessionStore):
@@ -117,24 +99,17 @@ class GameStore(SessionStore):
                  max_turns: int = DEFAULT_MAX_TURNS, advance: bool = True) -> Game:
         """A game with its seats filled and (unless ``advance`` is False) agents advanced to the
         first human move; not stored."""
-        if reasoning_mode not in REASONING_MODES:
-            raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}; got {reasoning_mode!r}")
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or not 1 <= max_turns <= MAX_TURNS_LIMIT:
-            raise GameError(f"max_turns must be a whole number from 1 to {MAX_TURNS_LIMIT}; got {max_turns!r}")
         if buyer == HUMAN and seller == HUMAN:
             raise GameError("one side must be an agent: a person plays the buyer or the seller, not both")
-        product, scenario = pick_scenario(source, product, seed)
-        seats = {BUYER: _seat(BUYER, buyer, reasoning_mode, self.model_loader),
-                 SELLER: _seat(SELLER, seller, reasoning_mode, self.model_loader)}
-        env = BargainEnv(max_turns)
-        env.reset(scenario, seed)
-        for role, rng in zip((BUYER, SELLER), player_rngs(seed)):
-            if seats[role] is not None:
-                seats[role].reset(env.observe(role), rng)
-        game = Game(secrets.token_hex(16), product, scenario, seed, reasoning_mode,
-                    {BUYER: buyer, SELLER: seller}, seats, env)
+        with as_game_error():
+            check_mode(reasoning_mode)
+            check_max_turns(max_turns)
+            product, scenario = pick_scenario(source, "test", product, play.check_seed(seed))
+        match = Match(scenario, _seat(BUYER, buyer, reasoning_mode, self.model_loader),
+                      _seat(SELLER, seller, reasoning_mode, self.model_loader), seed, max_turns)
+        game = Game(secrets.token_hex(16), product, reasoning_mode, {BUYER: buyer, SELLER: seller}, match)
         if advance:
-            _advance(game)
+            match.advance()
         return game
 
     def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
@@ -152,27 +127,14 @@ class GameStore(SessionStore):
                 raise GameError("no person plays in this game: it is played by agents alone")
             if game.env.done:
                 raise GameError("this game is over; start a new one")
-            game.env.step(human_reply(role, game.env.observe(role).their_offer, action, price, talk, game.mode))
+            game.match.step(human_reply(role, game.env.observe(role).their_offer, action, price, talk, game.mode))
             yield view(game)
-            for _ in advance_steps(game):
+            while game.match.advance(limit=1):  # one agent reply at a time
                 yield view(game)
 
 
 def _no_model(role: str, mode: str):
     raise GameError("no trained model is configured in this process")
-
-
-def advance_steps(game: Game):
-    """Agents move, one reply per iteration, until a person is to move or the game ends."""
-    env = game.env
-    while not env.done and game.seats[env.to_move] is not None:
-        env.step(game.seats[env.to_move].act(env.observe(env.to_move)))
-        yield
-
-
-def _advance(game: Game) -> None:
-    for _ in advance_steps(game):
-        pass
 
 
 def human_reply(role: str, their_offer: float | None, action: str, price, talk: str, mode: str) -> str:

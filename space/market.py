@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 from env.market import rules
 from env.market.actions import ACTION_DOCS, EXAMPLES, MAX_ACTION_CHARS, Invalid, parse_action
+from env import settings
 from env.market.env import MarketEnv
 from env.market.evaluation import transcript
-from env.market.play import seat_players
+from env.market.play import MarketMatch
 from env.market.players import POLICIES, make_policy
 from env.market.world import ACTIONS_PER_TURN, ARCHETYPES, LOT_PRICE, SPOT_PRICE, TASKS
-from space.games import check_seed
-from space.sessions import GameError, SessionStore
+from space.sessions import GameError, SessionStore, as_game_error
 
 HUMAN = "human"
 WORLD = "world"  # counterparts: each lab's archetype as the seed draws it
@@ -40,25 +40,32 @@ TEMPLATES = {"wait": EXAMPLES["wait"], **EXAMPLES}  # what a person can start fr
 @dataclass
 class MarketGame:
     id: str
-    task: str
-    seed: int
     policy: str
     counterparts: str
-    env: MarketEnv
-    players: list  # None in lab 0 for a person
-    seen: list = field(default_factory=list)  # events delivered to lab 0 (a person's view)
+    match: MarketMatch
     lock: threading.Lock = field(default_factory=threading.Lock)
     touched: float = field(default_factory=time.monotonic)
 
     @property
+    def env(self) -> MarketEnv:
+        return self.match.env
+
+    @property
+    def task(self) -> str:
+        return self.match.task
+
+    @property
+    def seed(self) -> int:
+        return self.match.seed
+
+    @property
     def human(self) -> bool:
-        return self.players[0] is None
+        return self.match.players[0] is None
 
 
 def check_choice(value, options, what: str) -> str:
-    if value not in options:
-        raise GameError(f"unknown {what} {str(value)[:40]!r}; choose from {', '.join(options)}")
-    return value
+    with as_game_error():
+        return settings.check_choice(value, options, what)
 
 
 class MarketGames(SessionStore):
@@ -71,15 +78,12 @@ class MarketGames(SessionStore):
         check_choice(task, TASKS, "task")
         check_choice(policy, POLICY_CHOICES, "policy")
         check_choice(counterparts, COUNTERPARTS, "counterparts")
-        seed = check_seed(seed)
-        env = MarketEnv()
-        env.reset(task, seed)
-        players = seat_players(env, None if policy == HUMAN else make_policy(policy),
-                               None if counterparts == WORLD else counterparts)
-        game = MarketGame(secrets.token_hex(16), task, seed, policy, counterparts, env, players)
+        with as_game_error():
+            match = MarketMatch(task, settings.check_seed(seed), None if policy == HUMAN else make_policy(policy),
+                                None if counterparts == WORLD else counterparts)
+        game = MarketGame(secrets.token_hex(16), policy, counterparts, match)
         if advance:
-            for _ in advance_steps(game):
-                pass
+            match.advance()
         return game
 
     @staticmethod
@@ -101,21 +105,20 @@ class MarketGames(SessionStore):
                 raise GameError("no person plays in this game: it is played by agents alone")
             if game.env.done:
                 raise GameError("this game is over; start a new one")
-            game.env.step(human_action(action))
+            game.match.step(human_action(action))
             yield view(game)
-            for _ in advance_steps(game, per_round=True):
+            for _ in rounds(game.match):
                 yield view(game)
 
 
-def advance_steps(game: MarketGame, per_round: bool = False):
-    """Agents act until a person is to move or the game ends; yields after every action (or, with
-    ``per_round``, after every round)."""
-    env = game.env
-    while not env.done and game.players[env.to_move] is not None:
-        lab, rnd = env.to_move, env.round
-        env.step(game.players[lab].act(env.observe(lab)))
-        if not per_round or env.done or env.round != rnd or game.players[env.to_move] is None:
+def rounds(match: MarketMatch):
+    """Agents act until a person is to move or the game ends; yields after every round they finish
+    (and at the end), for a page that shows the game round by round."""
+    env, rnd = match.env, match.env.round
+    for _ in match.moves():
+        if env.done or env.round != rnd or match.players[env.to_move] is None:
             yield
+        rnd = env.round
 
 
 def human_action(action) -> str:
@@ -147,13 +150,13 @@ def view(game: MarketGame) -> dict:
         "done": env.done, "to_move": None if env.done else f"lab{env.to_move}",
     }
     if full:
-        record = transcript(env, game.policy)
+        record = transcript(env, game.policy, game.match.archetypes)
         record["labs_info"] = record.pop("labs")
         state.update(record, ledger=env.ledger())
     else:
         obs = env.observe(0)
-        game.seen.extend(obs.pop("events"))
-        state.update(observation=obs, events=list(game.seen),
+        obs.pop("events")  # a person sees every event delivered so far, not only those since they last acted
+        state.update(observation=obs, events=list(env.events[0]),
                      your_steps=[s for s in env.transcript if s["lab"] == 0])
     if env.done:
         out = env.outcome(0)

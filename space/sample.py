@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from env.players import SELLERS
-from env.scenarios import get_split
+from env.bargain.players import SELLERS
+from env.bargain.scenarios import get_split
 from space.model import SHIPPED
 
 

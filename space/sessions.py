@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
+
+from env.bargain.play import SettingsError
 
 
 class GameError(ValueError):
     """Bad input or an unknown session: the message says what to change."""
+
+
+@contextmanager
+def as_game_error():
+    """A game's settings refused by ``env`` (``SettingsError``) as the Space's ``GameError``."""
+    try:
+        yield
+    except SettingsError as exc:
+        raise GameError(str(exc)) from None
 
 
 class SessionStore:

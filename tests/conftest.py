@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from env.bargain import BargainEnv
-from env.scenarios import Scenario, make_scenario
+from env.bargain.env import BargainEnv
+from env.bargain.scenarios import Scenario, make_scenario
 
 
 @pytest.fixture

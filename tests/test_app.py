@@ -38,10 +38,10 @@ def test_ui_game_round_trip():
 
 def test_evaluate_policy_matches_the_harness():
     """A live evaluation is the harness's summary of the same episodes."""
-    from env.evaluation import summarize
-    from env.play import play_metrics
-    from env.players import make_player
-    from env.scenarios import get_split
+    from env.bargain.evaluation import summarize
+    from env.bargain.play import play_metrics
+    from env.bargain.players import make_player
+    from env.bargain.scenarios import get_split
 
     row = app.evaluate_policy("split_difference", "boulware", 30, "builtin", 5, "option_a")
     test = get_split("builtin", "test")

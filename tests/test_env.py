@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from env import rules
-from env.bargain import BLOCKED_NOTE, BargainEnv, Observation, StepResult
-from env.play import play_episode
-from env.players import BUYERS, SELLERS, make_player
-from env.scenarios import get_split, make_scenario
+from env.bargain import rules
+from env.bargain.env import BLOCKED_NOTE, BargainEnv, Observation, StepResult
+from env.bargain.play import play_episode
+from env.bargain.players import BUYERS, SELLERS, make_player
+from env.bargain.scenarios import get_split, make_scenario
 from tests.conftest import reply, run_replies
 
 

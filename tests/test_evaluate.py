@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from env.scenarios import amazon_path
+from env.bargain.scenarios import amazon_path
 from training import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,15 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from env.bargain import BLOCKED_NOTE, BargainEnv
+from env.bargain.env import BLOCKED_NOTE, BargainEnv
 from env.market import MarketEnv, make_policy, parse_action, play_market
 from env.market import rules as market_rules
 from env.market.actions import ACTION_SCHEMA, FIELDS, Invalid, validate
-from env.market.play import seat_players
+from env.market.play import MarketMatch
 from env.market.judge import LLMJudge, PitchFacts
-from env.protocol import E_BAD_PRICE, MAX_REPLY_CHARS, format_price, parse_reply
-from env.rules import BUYER, SELLER
-from env.scenarios import TEXT_LIMITS, ScenarioDataError, load_json_products, make_scenario
+from env.bargain.protocol import E_BAD_PRICE, MAX_REPLY_CHARS, format_price, parse_reply
+from env.bargain.rules import BUYER, SELLER
+from env.bargain.scenarios import TEXT_LIMITS, ScenarioDataError, load_json_products, make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -423,8 +423,8 @@ def test_a_cooperative_lab_counters_a_lowball_ask_at_its_own_price():
                          "hours": 5, "price": 0.05}).ok
         while env.to_move != block.owner:
             env.step({"action": "wait"})
-        players = seat_players(env, make_policy("idle"))
-        answer = players[block.owner].act(env.observe(block.owner))
+        counterpart = MarketMatch("market_round", seed, make_policy("idle")).players[block.owner]
+        answer = counterpart.act(env.observe(block.owner))
         assert answer["action"] == "counter", answer
         offer = env.offers[answer["offer"]]
         assert answer["price"] > 0.05 and _gain_now(env, block.owner, offer, answer["price"]) > 0
@@ -438,9 +438,8 @@ def test_counter_offers_are_made_and_every_accepted_one_is_rational_for_both_sid
     made = accepted = 0
     for task in ("single_trade", "market_round", "coalition_market"):
         for seed in range(1_000_000, 1_000_100):
-            env = MarketEnv()
-            env.reset(task, seed)
-            players = seat_players(env, make_policy("expert"))
+            match = MarketMatch(task, seed, make_policy("expert"))
+            env, players = match.env, match.players
             while not env.done:
                 lab = env.to_move
                 action = players[lab].act(env.observe(lab))

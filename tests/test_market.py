@@ -15,7 +15,7 @@ from env.market import ACTION_SCHEMA, TASKS, Invalid, MarketEnv, make_world, par
 from env.market import rules
 from env.market.actions import EXAMPLES
 from env.market.judge import LLMJudge, PitchFacts, RubricJudge, read_verdict, stated_numbers
-from env.market.play import seat_players
+from env.market.play import MarketMatch
 from env.market.players import (BASELINES, EXPLOITS, STUFFING, MarketPlayer, RandomValid, View,
                                 make_policy)
 
@@ -25,9 +25,8 @@ TASK_NAMES = list(TASKS)
 def play_checked(task: str, seed: int, policy: MarketPlayer, on_step=None, before_step=None) -> MarketEnv:
     """Play an episode like ``play_market``, calling ``before_step(env, lab, action)`` and
     ``on_step(env, lab, action, result)`` around every step."""
-    env = MarketEnv()
-    env.reset(task, seed)
-    players = seat_players(env, policy)
+    match = MarketMatch(task, seed, policy)
+    env, players = match.env, match.players
     while not env.done:
         lab = env.to_move
         action = players[lab].act(env.observe(lab))
@@ -99,7 +98,7 @@ def test_no_lab_ever_sees_another_labs_money_jobs_archetype_or_true_need(task):
     for seed in range(40):
         def check(env, lab, action, result):
             for viewer in range(env.labs):
-                obs = env.observe(viewer, consume_events=False)
+                obs = env.observe(viewer)
                 text = json.dumps(obs)
                 for other in env.world.labs:
                     if other.id == viewer:

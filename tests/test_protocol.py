@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from env.protocol import (ACTION_KINDS, FORMAT_ERRORS, MAX_REPLY_CHARS, Action, ParsedReply, compose_reply,
+from env.bargain.protocol import (ACTION_KINDS, FORMAT_ERRORS, MAX_REPLY_CHARS, Action, ParsedReply, compose_reply,
                           format_price, parse_price, parse_reply, parse_reply_general)
 
 CASES = [

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from env.evaluation import episode_seed
-from env.play import play_episode
-from env.players import make_player
-from env.protocol import parse_reply
-from env.scenarios import get_split, make_scenario
+from env.bargain.evaluation import episode_seed
+from env.bargain.play import play_episode
+from env.bargain.players import make_player
+from env.bargain.protocol import parse_reply
+from env.bargain.scenarios import get_split, make_scenario
 from training.backends import Completion, SamplingConfig, TransformersBackend
 from training.prompts import LeakError
 from training.rollout import Conversation, LLMAgent, LLMPlayer, Teacher, play_episodes
@@ -181,7 +181,7 @@ def test_leak_guard_fires(tiny):
     agent = _agent(tiny, "option_a")
     base = dict(title="Lamp", category="home", list_price=100.0, source="t")
     leaky = make_scenario(description="We paid $55.00 for it.", cost=55.0, **base)  # a bug shows the cost
-    from env.bargain import BargainEnv
+    from env.bargain.env import BargainEnv
     env = BargainEnv()
     obs = env.reset(leaky, 0)
     with pytest.raises(LeakError, match="cost"):
@@ -212,7 +212,7 @@ def test_vllm_backend_is_optional_with_a_clear_error(tiny_dir):
 
 def test_llm_player_plays_through_the_player_interface(tiny):
     agent = _agent(tiny, "option_b")
-    from env.players import make_player
+    from env.bargain.players import make_player
     env = play_episode(SCENARIOS[0], make_player("buyer", "expert"), LLMPlayer(agent, "seller"), seed=4)
     assert env.metrics().turns == 6 and env.metrics().seller_blocked >= 1
 

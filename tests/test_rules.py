@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from env import rules
-from env.protocol import Action
+from env.bargain import rules
+from env.bargain.protocol import Action
 
 
 @pytest.mark.parametrize("budget,cost,price,expected", [

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from env.catalog import builtin_catalog
-from env.scenarios import (ScenarioDataError, amazon_path, get_split, load_json_products, load_scenarios,
+from env.bargain.catalog import builtin_catalog
+from env.bargain.scenarios import (ScenarioDataError, amazon_path, get_split, load_json_products, load_scenarios,
                            make_scenario, split_scenarios)
-from env.play import play_episode
-from env.players import make_player
+from env.bargain.play import play_episode
+from env.bargain.players import make_player
 
 needs_amazon = pytest.mark.skipif(not amazon_path().is_dir(), reason="AmazonHistoryPrice data not beside the repo")
 
@@ -31,7 +31,7 @@ def test_builtin_catalog_shape():
 
 
 def test_builtin_catalog_is_deterministic():
-    import env.catalog as catalog
+    import env.bargain.catalog as catalog
     first = [s.to_dict() for s in builtin_catalog()]
     catalog._catalog.cache_clear()
     assert [s.to_dict() for s in builtin_catalog()] == first

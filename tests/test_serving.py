@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 import logging
 import threading
 import time
@@ -12,11 +13,13 @@ import httpx
 import pytest
 import uvicorn
 
-from env.client import BargainClient, MarketClient
+from serving.client import BargainClient, MarketClient
 from env.market import TASKS, make_policy, play_market
 from env.market.play import seat_rng
-from env.serving import BargainAction, BargainEnvironment, MarketAction, MarketEnvironment, build_app
-from env.tools import HaggleToolEnv
+from serving.app import build_app
+from serving.bargain import BargainAction, BargainEnvironment
+from serving.market import MarketAction, MarketEnvironment
+from training.tools import HaggleToolEnv
 from tests.conftest import free_port
 
 
@@ -101,7 +104,7 @@ def test_a_served_episode_equals_the_same_episode_in_process(url):
 def test_observations_never_carry_the_sellers_secrets(url):
     env = BargainEnvironment()
     obs = env.reset(seed=5, opponent="begging")
-    cost = f"{env.env.scenario.cost:.2f}"
+    cost = f"{env.match.scenario.cost:.2f}"
     k = 0
     while not obs.done:
         text = obs.model_dump_json()
@@ -261,7 +264,7 @@ def test_tool_methods_have_google_docstrings():
 def test_grpo_runs_through_environment_factory_against_the_server(url, tiny_dir, tmp_path):
     """A few GRPO steps of TRL's tool-calling trainer on the tiny model, every rollout's environment
     a session on the served environment, every episode a train-split product."""
-    from env.scenarios import get_split
+    from env.bargain.scenarios import get_split
     from training.grpo_tools import main
 
     trainer = main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(tmp_path),
@@ -350,7 +353,7 @@ def test_market_observations_never_carry_other_labs_private_facts():
         served = market_inprocess(task, 4)
         env = MarketEnvironment()
         env.reset(seed=4, task=task)
-        private = [j.id for lab in env.env.world.labs[1:] for j in lab.jobs]
+        private = [j.id for lab in env.match.env.world.labs[1:] for j in lab.jobs]
         text = json.dumps(served) + env.state.model_dump_json()
         for job in private:
             assert f'"{job}"' not in text, job
@@ -411,8 +414,9 @@ def test_serving_benchmark_runs_and_its_servers_play_the_in_process_games(tmp_pa
     assert res["served_steps"] > 6 * 2 and res["market"]["served_steps"] > 3
 
 
-def test_the_replay_environment_replays_the_in_process_episode():
-    from benchmarks.serving_speed import ReplayEnvironment, play_bargain, policy as bench_policy  # noqa: PLC0415
+def test_the_replay_environment_replays_the_in_process_episode(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))  # as the script runs
+    from serving_speed import ReplayEnvironment, play_bargain, policy as bench_policy  # noqa: PLC0415
     seen = play_bargain(BargainEnvironment(), 10_003)
     ReplayEnvironment.TAPES = {10_003: [o.model_dump() for o in seen]}
     env = ReplayEnvironment()

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from env.play import play_episode
-from env.players import make_player
-from env.protocol import MAX_TALK_CHARS, parse_reply
-from env.rules import BUYER, SELLER
+from env.bargain.play import play_episode
+from env.bargain.players import make_player
+from env.bargain.protocol import MAX_TALK_CHARS, parse_reply
+from env.bargain.rules import BUYER, SELLER
 from space import figures as F
 from space.games import HUMAN, GameError, GameStore, human_reply, pick_scenario
 
@@ -93,7 +93,7 @@ def test_sessions_are_isolated_when_interleaved():
 def test_agents_only_game_matches_play_episode():
     store = GameStore()
     game = store.new_game(buyer="expert", seller="tit_for_tat", product=4, seed=9, reasoning_mode="option_b")
-    _, scenario = pick_scenario("builtin", 4, 9)
+    _, scenario = pick_scenario("builtin", "test", 4, 9)
     env = play_episode(scenario, make_player("buyer", "expert", "option_b"),
                        make_player("seller", "tit_for_tat", "option_b"), 9)
     assert game.env.transcript() == env.transcript()

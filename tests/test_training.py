@@ -69,8 +69,8 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
 
 
 def test_sdpo_hindsight_never_shows_the_cost():
-    from env.evaluation import episode_seed
-    from env.scenarios import get_split
+    from env.bargain.evaluation import episode_seed
+    from env.bargain.scenarios import get_split
     from training.rollout import play_episodes
     from training.sdpo import hindsight
 
@@ -117,9 +117,9 @@ def test_shipped_training_artifacts_follow_the_contract():
 
 
 def test_shipped_checkpoint_plays_offline():
-    from env.play import play_episode
-    from env.players import make_player
-    from env.scenarios import get_split
+    from env.bargain.play import play_episode
+    from env.bargain.players import make_player
+    from env.bargain.scenarios import get_split
     from training.backends import SamplingConfig, TransformersBackend
     from training.models import load_model
     from training.rollout import LLMAgent, LLMPlayer

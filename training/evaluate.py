@@ -4,7 +4,7 @@ What it is: the paper's evaluation protocol (held-out test products x several se
 reward, deal rate, bargained ratio on deals, first-offer ratio, budget overshoot, all split by
 mutual/conflicting interest) for every scripted buyer against the neutral seller and every
 persona, plus a ``seller: "mix"`` row per buyer over all sellers. Evaluation seeds start at
-``env.evaluation.EVAL_SEED_BASE`` so they never coincide with training seeds.
+``env.bargain.evaluation.EVAL_SEED_BASE`` so they never coincide with training seeds.
 
 Run (from the repo root):
 
@@ -28,11 +28,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from env.bargain import EpisodeMetrics
-from env.evaluation import EVAL_SEED_BASE, episode_seed, format_table, mix_rows, play_cell, summarize_row
-from env.players import BUYERS, SELLERS, make_player, parse_names
-from env.protocol import REASONING_MODES
-from env.scenarios import ScenarioDataError, check_budget_factor, get_split, resolve_source
+from env.bargain.env import EpisodeMetrics
+from env.bargain.evaluation import EVAL_SEED_BASE, episode_seed, format_table, mix_rows, play_cell, summarize_row
+from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.scenarios import ScenarioDataError, check_budget_factor, get_split, resolve_source
 from training.backends import SamplingConfig
 from training.provenance import provenance, write_json, write_jsonl
 

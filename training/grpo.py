@@ -30,9 +30,9 @@ import torch
 from trl import GRPOConfig
 
 from env.market.world import TASKS as MARKET_TASKS
-from env.players import SELLERS, parse_names
-from env.protocol import REASONING_MODES
-from env.scenarios import check_budget_factor
+from env.bargain.players import SELLERS, parse_names
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.scenarios import check_budget_factor
 from training.market_rollout import market_defaults, market_rows
 
 ENVS = ("bargain", "market")
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
     from datasets import Dataset  # noqa: PLC0415
     from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
 
-    from env.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
+    from env.bargain.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
 

@@ -1,15 +1,15 @@
 """GRPO through TRL's ``environment_factory``: the negotiation as tools, in-process or served.
 
-What it is: TRL's ``GRPOTrainer`` with ``environment_factory=HaggleToolEnv`` (``env/tools.py``).
+What it is: TRL's ``GRPOTrainer`` with ``environment_factory=HaggleToolEnv`` (``training/tools.py``).
 Each rollout gets its own environment; ``reset(**row)`` opens a train-split episode named by
 the row (seed, product, opponent) and returns the opening prompt; the model negotiates by
 calling ``offer(price)``, ``accept()``, ``reject()`` and ``quit()``; the reward is the
 environment's own ``get_reward()``. With ``--env_url`` (or ``$HAGGLE_ENV_URL``) every rollout
-talks to a server started with ``python -m env.serving`` over the typed OpenEnv client, so the
+talks to a server started with ``python -m serving`` over the typed OpenEnv client, so the
 same script trains against a served environment with no glue code. This is the ecosystem's
 tool-calling route; ``training/grpo.py`` is the token-level route used for the shipped results.
 
-    python -m env.serving --port 8000 &
+    python -m serving --port 8000 &
     python training/grpo_tools.py --env_url http://127.0.0.1:8000 --model_name_or_path Qwen/Qwen3-0.6B
     python training/grpo_tools.py --smoke        # tiny model, in-process, a few CPU steps (the tests)
 """
@@ -21,7 +21,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from env.players import SELLERS, parse_names
+from env.bargain.players import SELLERS, parse_names
 from training.grpo import HaggleGRPOConfig
 
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--num_generations", "2",
@@ -32,7 +32,7 @@ SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--num_g
 @dataclass
 class ToolScriptArguments:
     model_name_or_path: str = field(default="tiny", metadata={"help": "tiny, a local path or a Hub id"})
-    env_url: str = field(default="", metadata={"help": "served environment (python -m env.serving); '' = in-process"})
+    env_url: str = field(default="", metadata={"help": "served environment (python -m serving); '' = in-process"})
     rows: int = field(default=256, metadata={"help": "training rows (episodes named by seed, product, opponent)"})
     sellers: str = field(default="all", metadata={"help": f"opponent mix: all or a comma list of {', '.join(SELLERS)}"})
     smoke: bool = field(default=False, metadata={"help": "a few CPU steps on the tiny model (flags still win)"})
@@ -64,7 +64,7 @@ def rows(n: int, sellers: list[str]):
 def main(argv: list[str] | None = None):
     from trl import GRPOTrainer, TrlParser  # noqa: PLC0415
 
-    from env.tools import HaggleToolEnv  # noqa: PLC0415
+    from training.tools import HaggleToolEnv  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
 
     argv = list(sys.argv[1:] if argv is None else argv)

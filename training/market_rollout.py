@@ -26,7 +26,7 @@ from env.market import rules
 from env.market.actions import EXAMPLES
 from env.market.env import MarketEnv, MarketStep
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, transcript
-from env.market.play import seat_players, seat_rng
+from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.world import ACTIONS_PER_TURN, TASKS
 from training.prompts import LeakError
@@ -132,14 +132,14 @@ class MarketRecord(EpisodeRecord):
 PolicySpec = LLMAgent | Teacher | str | Callable[[], MarketPlayer]
 
 
-def _lab0(spec: PolicySpec, env: MarketEnv):
-    """A ``Conversation`` for a model (or a teacher writing into one), else a scripted player."""
+def _lab0(spec: PolicySpec) -> tuple[MarketPlayer | None, Conversation | None]:
+    """Lab 0's seated player (scripted policy or a teacher's player) and, for a model or a teacher
+    writing into one, its ``Conversation``."""
     if isinstance(spec, LLMAgent):
-        return Conversation(spec, LAB, None)
+        return None, Conversation(spec, LAB, None)
     scripted = spec.player if isinstance(spec, Teacher) else spec
     player = make_policy(scripted) if isinstance(scripted, str) else scripted()
-    player.reset(env.observe(0, consume_events=False), seat_rng(env.world.task.name, env.world.seed, 0))
-    return Conversation(spec.agent, LAB, None, teacher=player) if isinstance(spec, Teacher) else player
+    return (None, Conversation(spec.agent, LAB, None, teacher=player)) if isinstance(spec, Teacher) else (player, None)
 
 
 def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec | list[PolicySpec],
@@ -152,26 +152,23 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
     policies = policy if isinstance(policy, list) else [policy] * n
     if len(policies) != n:
         raise ValueError("a per-episode policy list must have one entry per episode")
-    envs = [MarketEnv() for _ in range(n)]
-    for env, (task, seed) in zip(envs, episodes):
-        env.reset(task, seed)
-    others = [seat_players(env, None, counterparts) for env in envs]
-    seats = [_lab0(p, env) for p, env in zip(policies, envs)]
+    lab0 = [_lab0(p) for p in policies]
+    matches = [MarketMatch(task, seed, player, counterparts) for (task, seed), (player, _) in zip(episodes, lab0)]
+    seats = [conv if conv is not None else player for player, conv in lab0]
+    for match, seat in zip(matches, seats):
+        if isinstance(seat, Conversation) and seat.teacher is not None:  # seeded like a seated lab 0
+            seat.teacher.reset(match.env.observe(0), seat_rng(match.task, match.seed, 0))
     last: list[MarketStep | None] = [None] * n
     active = list(range(n))
     while active:
         replies, waiting = {}, {}
         for i in active:
-            env = envs[i]
-            while not env.done and env.to_move != 0:  # scripted labs act inline
-                lab = env.to_move
-                env.step(others[i][lab].act(env.observe(lab)))
-            if env.done:
+            match = matches[i]
+            match.advance()  # scripted labs (and a scripted lab 0) act inline
+            if match.done:
                 continue
-            seat, obs = seats[i], env.observe(0)
-            if not isinstance(seat, Conversation):
-                replies[i] = seat.act(obs)
-                continue
+            seat, env = seats[i], match.env
+            obs = env.observe(0)
             system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
             user = market_user_message(obs, last[i])
             assert_market_no_leak((system or "") + user, env)
@@ -187,14 +184,14 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         still = []
         for i in active:
             if i in replies:
-                last[i] = envs[i].step(replies[i])
-            if envs[i].done:
+                last[i] = matches[i].step(replies[i])
+            if matches[i].done:
                 if on_done is not None:
                     on_done(i)
             else:
                 still.append(i)
         active = still
-    return [_record(env, seat, ep, name) for env, seat, ep in zip(envs, seats, episodes)]
+    return [_record(m.env, seat, ep, name) for m, seat, ep in zip(matches, seats, episodes)]
 
 
 def _record(env: MarketEnv, seat, episode: tuple[str, int], name: str) -> MarketRecord:

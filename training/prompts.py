@@ -8,10 +8,10 @@ apart, this catches a prompt builder that reaches around them).
 
 from __future__ import annotations
 
-from env.bargain import Message, Observation
-from env.protocol import format_price
-from env.rules import BUYER, SELLER
-from env.scenarios import Scenario
+from env.bargain.env import Message, Observation
+from env.bargain.protocol import format_price
+from env.bargain.rules import BUYER, SELLER
+from env.bargain.scenarios import Scenario
 
 FORMATS = {
     "option_a": "Reply in three lines:\nThought: <private reasoning>\nTalk: <what you say>\nAction: <one action>",

@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from env.bargain import DEFAULT_MAX_TURNS, BargainEnv, Observation
-from env.play import player_rngs
-from env.players import make_player
-from env.players.base import Player
-from env.protocol import REASONING_MODES
-from env.rules import BUYER, SELLER
-from env.scenarios import Scenario
+from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, Observation
+from env.bargain.play import Match
+from env.bargain.players import make_player
+from env.bargain.players.base import Player
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.rules import BUYER, SELLER
+from env.bargain.scenarios import Scenario
 from training.backends import OpenAIChatBackend, SamplingConfig
 from training.prompts import assert_no_leak, new_user_messages, system_prompt
 
@@ -286,45 +286,46 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
     sellers = seller if isinstance(seller, list) else [seller] * n
     if len(buyers) != n or len(sellers) != n:
         raise ValueError("per-episode buyer/seller lists must have one entry per episode")
-    envs = [BargainEnv(max_turns) for _ in range(n)]
-    obs = [env.reset(sc, seed) for env, (sc, seed) in zip(envs, episodes)]
     seats = [{BUYER: _seat(b, BUYER, sc), SELLER: _seat(s, SELLER, sc)}
              for (sc, _), b, s in zip(episodes, buyers, sellers)]
-    for i, (_sc, seed) in enumerate(episodes):
-        rngs = dict(zip((BUYER, SELLER), player_rngs(seed)))
-        for role, seat in seats[i].items():
-            player = seat.teacher if isinstance(seat, Conversation) else seat
-            if player is not None:
-                player.reset(envs[i].observe(role), rngs[role])
+    # scripted seats move inside the driver; model seats (conversations) are moved from here, batched
+    matches = [Match(sc, *(None if isinstance(seat[r], Conversation) else seat[r] for r in (BUYER, SELLER)), seed,
+                     max_turns) for (sc, seed), seat in zip(episodes, seats)]
+    for match, seat in zip(matches, seats):
+        for role, conv in seat.items():
+            if isinstance(conv, Conversation) and conv.teacher is not None:
+                conv.teacher.reset(match.observe(role), match.rngs[role])
     active = list(range(n))
     while active:
         waiting: dict[int, list[int]] = {}
         replies: dict[int, str] = {}
         for i in active:
-            seat = seats[i][obs[i].role]
-            if isinstance(seat, Conversation):
-                thoughts = tuple(t["thought"] for t in envs[i].log if t["role"] != seat.role)
-                seat.observe(obs[i], thoughts)
-                if seat.teacher is not None:
-                    replies[i] = seat.teach(obs[i])
-                else:
-                    waiting.setdefault(id(seat.agent), []).append(i)
+            matches[i].advance()
+            if matches[i].done:
+                continue
+            role = matches[i].to_move
+            seat, obs = seats[i][role], matches[i].observe(role)
+            thoughts = tuple(t["thought"] for t in matches[i].env.log if t["role"] != seat.role)
+            seat.observe(obs, thoughts)
+            if seat.teacher is not None:
+                replies[i] = seat.teach(obs)
             else:
-                replies[i] = seat.act(obs[i])
+                waiting.setdefault(id(seat.agent), []).append(i)
         for idx in waiting.values():
-            agent = seats[idx[0]][obs[idx[0]].role].agent
-            texts = generate_replies(agent, [seats[i][obs[i].role] for i in idx])
+            agent = seats[idx[0]][matches[idx[0]].to_move].agent
+            texts = generate_replies(agent, [seats[i][matches[i].to_move] for i in idx])
             replies.update(zip(idx, texts))
         still = []
         for i in active:
-            result = envs[i].step(replies[i])
-            if result.done:
+            if i in replies:
+                matches[i].step(replies[i])
+            if matches[i].done:
                 if on_done is not None:
                     on_done(i)
             else:
-                obs[i] = result.observation
                 still.append(i)
         active = still
+    envs = [m.env for m in matches]
     return [_record(envs[i], seats[i], episodes[i], trained_role) for i in range(n)]
 
 

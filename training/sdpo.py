@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOTrainer
 
-from env.protocol import format_price
+from env.bargain.protocol import format_price
 from training.grpo import GRPOScriptArguments, HaggleGRPOConfig, main as rl_main
 
 DEFAULT_CURVE = "artifacts/sdpo_training_curve.json"

@@ -24,9 +24,9 @@ import torch
 from trl import SFTConfig
 
 from env.market.world import TASKS as MARKET_TASKS
-from env.players import SELLERS, parse_names
-from env.protocol import REASONING_MODES
-from env.scenarios import check_budget_factor
+from env.bargain.players import SELLERS, parse_names
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.scenarios import check_budget_factor
 from training.market_rollout import market_defaults
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -133,7 +133,7 @@ def curve_points(log_history: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None):
     from trl import SFTTrainer, TrlParser  # noqa: PLC0415
 
-    from env.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
+    from env.bargain.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
     from training.backends import TransformersBackend  # noqa: PLC0415
     from training.models import load_model, resolve_model_path  # noqa: PLC0415
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415

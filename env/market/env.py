@@ -66,12 +66,20 @@ class Coalition:
 
 @dataclass(frozen=True, slots=True)
 class MarketStep:
+    """One action's result (Gymnasium's contract): ``terminated`` when every lab has finished,
+    ``truncated`` when the last round ran out."""
+
     lab: int  # who acted
     ok: bool
     code: str  # "ok" or the reason an action was refused
     detail: str
     rewards: dict  # lab -> normalized reward earned in this step
-    done: bool
+    terminated: bool
+    truncated: bool
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
 
 
 class MarketEnv:
@@ -84,13 +92,14 @@ class MarketEnv:
         w = self.world = make_world(task, seed)
         self.rng = random.Random(f"market-shocks/{task}/{seed}")
         n = len(w.labs)
-        self.round, self.done = 0, False
+        self.round, self.done, self.truncated = 0, False, False
         self.offers: dict[str, Offer] = {}
         self.coalitions: dict[str, Coalition] = {}
         self.finished: set[int] = set()
         self.terms = [dict.fromkeys(rules.REWARD_TERMS, 0.0) for _ in range(n)]
         self.scale = [max(1.0, sum(j.value for j in lab.jobs)) for lab in w.labs]
-        self.events: list[list[dict]] = [[] for _ in range(n)]
+        self.events: list[list[dict]] = [[] for _ in range(n)]  # every event delivered to each lab, in order
+        self.seen = [0] * n  # per lab: events it had been shown when it last acted
         self.transcript: list[dict] = []
         self.counts = [dict(deals=0, invalid=0, pitches=0, coalitions=0, spot_hours=0.0, actions=0) for _ in range(n)]
         self.shocks_hit: list[dict] = []
@@ -112,6 +121,7 @@ class MarketEnv:
         if self.done:
             raise RuntimeError("the episode is over: reset first")
         lab = self.to_move
+        self.seen[lab] = len(self.events[lab])  # it acts on what its view showed
         before = [sum(t.values()) for t in self.terms]
         parsed = parse_action(action) if isinstance(action, str) else validate(action)
         if isinstance(parsed, Invalid):
@@ -137,7 +147,7 @@ class MarketEnv:
             self._next_turn()
         rewards = {i: (sum(t.values()) - b) / self.scale[i] for i, (t, b) in enumerate(zip(self.terms, before))
                    if sum(t.values()) != b}
-        return MarketStep(lab, ok, code, detail, rewards, self.done)
+        return MarketStep(lab, ok, code, detail, rewards, self.done and not self.truncated, self.truncated)
 
     # ------------------------------------------------------------------ turns and rounds
     def _start_round(self) -> None:
@@ -165,6 +175,7 @@ class MarketEnv:
                 offer.status = "lapsed"
         self.round += 1
         if self.round >= self.world.task.rounds:
+            self.truncated = True
             self._end()
         else:
             self._start_round()
@@ -554,15 +565,13 @@ class MarketEnv:
                 "shares": {f"lab{m}": h for m, h in c.shares.items()},
                 "committed": [f"lab{m}" for m in c.escrow], "status": c.status}
 
-    def observe(self, lab: int, consume_events: bool = True) -> dict:
+    def observe(self, lab: int) -> dict:
         """Lab ``lab``'s view: its own money, jobs and blocks; the public market (blocks on offer by
         owner, spot price and stock, lots, reputations, coalitions, open offers involving it); and
-        what happened since its last view. Nothing private of another lab."""
+        what happened since it last acted (``events``). Nothing private of another lab, and no side
+        effect: a view can be taken any number of times."""
         w = self.world
         me = w.labs[lab]
-        events = self.events[lab]
-        if consume_events:
-            self.events[lab] = []
         return {
             "task": w.task.name, "round": self.round, "rounds": w.task.rounds, "you": me.name,
             "actions_left": self._left if self.to_move == lab else 0, "money": round(me.money, 2),
@@ -584,7 +593,7 @@ class MarketEnv:
                        for o in self.offers.values() if o.status == "open" and lab in (o.frm, o.to)],
             "coalitions": [self.coalition_view(c) for c in self.coalitions.values()
                            if c.status == "forming" or lab in c.members],
-            "events": events,
+            "events": self.events[lab][self.seen[lab]:],
         }
 
     def outcome(self, lab: int) -> dict:

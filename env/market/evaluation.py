@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Callable
 
-from env.evaluation import Z95, _mean
+from env.bargain.evaluation import Z95, _mean
 from env.market.env import MarketEnv
 from env.market.play import play_market
 from env.market.players import MarketPlayer
@@ -75,13 +75,15 @@ def evaluate(tasks: list[str], policies: dict[str, Callable[[], MarketPlayer]], 
     return rows, judged
 
 
-def transcript(env: MarketEnv, policy: str) -> dict:
+def transcript(env: MarketEnv, policy: str, archetypes: list[str] | None = None) -> dict:
     """A finished game for the record: every action with its result, the shocks, every pitch with
-    the judge's full reasons (a spectator's view), and each lab's outcome."""
+    the judge's full reasons (a spectator's view), and each lab's outcome. ``archetypes``: the
+    labs' archetypes as played, when they differ from the world's draw (``MarketMatch.archetypes``)."""
     w = env.world
+    played = archetypes or [lab.archetype for lab in w.labs]
     return {
         "task": w.task.name, "seed": w.seed, "policy": policy,
-        "labs": [{"name": lab.name, "archetype": "policy under test" if lab.id == 0 else lab.archetype,
+        "labs": [{"name": lab.name, "archetype": "policy under test" if lab.id == 0 else played[lab.id],
                   "start_money": env.start_money[lab.id], "jobs": [{"id": j.id, "hours": j.hours, "deadline": j.deadline,
                                                                      "value": j.value, "status": j.status}
                                                                     for j in lab.jobs]} for lab in w.labs],

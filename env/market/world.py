@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from env.settings import check_choice, check_seed
+
 PROVIDER = -1  # owner id of capacity nobody has bought yet
 ARCHETYPES = ("cooperative", "selfish", "deadline_panicked", "deceptive", "retaliatory")
 SHOCKS = ("capacity_failure", "energy_spike", "demand_surge")
@@ -133,11 +135,8 @@ def make_world(task: str, seed: int) -> World:
     with the seed, so a policy in seat 0 meets both sides of the market. In a coalition market
     the volume lot, sold only whole, covers about half of the short labs' combined need: too big
     for one lab's jobs, worth buying together."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative whole number, got {seed!r}")
-    spec = TASKS[task]
+    spec = TASKS[check_choice(task, TASKS, "task")]
+    seed = check_seed(seed)
     rng = random.Random(f"market/{task}/{seed}")
     world = World(spec, seed, [], {}, {}, [], spot_hours=spec.spot_hours)
     for i in range(spec.labs):

@@ -7,9 +7,9 @@ is what a small model needs to copy when it learns from expert games.
 
 from __future__ import annotations
 
-from env.bargain import Observation
-from env.players.base import ScriptedPlayer, nice_price
-from env.protocol import BUY, DEAL, QUIT, Action, format_price
+from env.bargain.env import Observation
+from env.bargain.players.base import ScriptedPlayer, nice_price
+from env.bargain.protocol import BUY, DEAL, QUIT, Action, format_price
 
 BUYER_TALK = {
     "open": ("Hi! I'm interested in the {item}. Would you take {price}?",

@@ -4,12 +4,12 @@
 prompt; the model then calls ``offer(price)``, ``accept()``, ``reject()`` or ``quit()`` (one
 tool per action, each answered by the seller's reply); ``get_reward()`` is the verifiable
 reward of the episode. It runs the environment in-process, or against a served one
-(``python -m env.serving``) when ``base_url`` or ``$HAGGLE_ENV_URL`` is set, over the same
+(``python -m serving``) when ``base_url`` or ``$HAGGLE_ENV_URL`` is set, over the same
 typed client any OpenEnv user has. A dataset row may carry ``seed``, ``product``, ``opponent``
 and ``split`` (train by default: training never sees the test products).
 
     from trl import GRPOTrainer
-    from env.tools import HaggleToolEnv
+    from training.tools import HaggleToolEnv
     trainer = GRPOTrainer(model=..., train_dataset=rows, environment_factory=HaggleToolEnv, args=...)
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from env.protocol import format_price
-from env.serving import BargainAction, BargainEnvironment, BargainObservation
+from env.bargain.protocol import format_price
+from serving.bargain import BargainAction, BargainEnvironment, BargainObservation
 
 ENV_URL = "HAGGLE_ENV_URL"
 OVER = "The negotiation is over."
@@ -32,7 +32,7 @@ class HaggleToolEnv:
         self._client = None
         self._env = None
         if self.base_url:
-            from env.client import BargainClient  # noqa: PLC0415
+            from serving.client import BargainClient  # noqa: PLC0415
             self._client = BargainClient(base_url=self.base_url).sync()
             self._client.connect()
         else:

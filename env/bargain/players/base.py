@@ -11,8 +11,8 @@ import math
 import random
 from typing import Protocol, runtime_checkable
 
-from env.bargain import Observation
-from env.protocol import Action, compose_reply, format_price
+from env.bargain.env import Observation
+from env.bargain.protocol import Action, compose_reply, format_price
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from env.scenarios import Scenario, make_scenario
+from env.bargain.scenario import Scenario, make_scenario
 
 CATALOG_SEED = 20240215
 PRODUCTS_PER_CATEGORY = 28

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from env.bargain import Observation
-from env.players.base import ScriptedPlayer, nice_price
-from env.protocol import BUY, DEAL, QUIT, SELL, Action, format_price
+from env.bargain.env import Observation
+from env.bargain.players.base import ScriptedPlayer, nice_price
+from env.bargain.protocol import BUY, DEAL, QUIT, SELL, Action, format_price
 
 IGNORE, HARDEN, WALK = "ignore", "harden", "walk_away"
 

@@ -2,7 +2,7 @@
 
 Sources:
 
-* ``builtin``: the catalog in ``env/catalog.py``, written for this project (offline default).
+* ``builtin``: the catalog in ``env/bargain/catalog.py``, written for this project (offline default).
 * ``amazon``: the AmazonHistoryPrice benchmark (Xia et al. 2024) read from
   ``../shared/data/amazon_history_price`` or ``$HAGGLE_AMAZON_DATA``.
 * any path to a JSON file or a folder of JSON files in that format.
@@ -12,10 +12,7 @@ Derivation (the benchmark's): list price ``L = max(list_price, highest_price)``,
 its own ``budget`` and ``cost`` (data with real buyer targets, such as CraigslistBargain's); then
 only ``list_price`` is needed besides them. Mutual interest when ``B > C``.
 
-Money is whole cents everywhere: the budget is floored to the cent and the cost raised to the
-cent when a ``Scenario`` is built, so the budget a buyer is shown is the one its offers are
-checked against and rewarded by. Text fields have one documented limit each (``TEXT_LIMITS``,
-in characters): a longer value is cut there and ends in "…".
+The scenario type itself (money in cents, text limits) is ``env.bargain.scenario``.
 """
 
 from __future__ import annotations
@@ -25,110 +22,24 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-BUDGET_FACTOR = 0.8
-TEXT_LIMITS = {"title": 300, "category": 100, "description": 2000}
+from env.bargain.catalog import builtin_catalog
+from env.bargain.scenario import (  # noqa: F401  (the scenario type, re-exported for callers that load scenarios)
+    BUDGET_FACTOR, TEXT_LIMITS, Scenario, ScenarioDataError, check_budget_factor, make_scenario)
+
 # The paper holds out 128 of the 930 AmazonHistoryPrice products; other sets keep that share.
 PAPER_TEST_PRODUCTS, PAPER_PRODUCTS = 128, 930
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 AMAZON_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "amazon_history_price"
 SOURCES = ("builtin", "amazon")
-
-
-class ScenarioDataError(ValueError):
-    """Scenario data that cannot be used; the message names the file, product and field."""
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    """One negotiation: what is sold, what the buyer may pay, what the seller paid."""
-
-    id: str
-    title: str
-    description: str
-    category: str
-    list_price: float
-    budget: float
-    cost: float
-    source: str = "builtin"
-
-    def __post_init__(self) -> None:
-        for name in ("list_price", "budget", "cost"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ScenarioDataError(f"scenario {self.id!r}: {name} must be a positive finite number, got {value!r}")
-        # one budget, in cents, everywhere: shown, checked and rewarded (a budget of 8.959999...
-        # shown as $8.96 must not make a deal at $8.96 an overshoot)
-        for name, to_cents in (("list_price", round_cents), ("budget", floor_cents), ("cost", ceil_cents)):
-            value = to_cents(float(getattr(self, name)))
-            if value <= 0:
-                raise ScenarioDataError(f"scenario {self.id!r}: {name} must be at least one cent, got {getattr(self, name)!r}")
-            object.__setattr__(self, name, value)
-        for name, limit in TEXT_LIMITS.items():
-            value = getattr(self, name)
-            if not isinstance(value, str):
-                raise ScenarioDataError(f"scenario {self.id!r}: {name} must be text, got {type(value).__name__}")
-            object.__setattr__(self, name, cut_text(value.strip(), limit))
-        if not self.title:
-            raise ScenarioDataError(f"scenario {self.id!r}: empty title")
-
-    @property
-    def mutual_interest(self) -> bool:
-        return self.budget > self.cost
-
-    @property
-    def interest(self) -> str:
-        return "mutual" if self.mutual_interest else "conflicting"
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__slots__}
-
-
-def floor_cents(x: float) -> float:
-    """Down to the cent (``8.959999... -> 8.96``: float noise within 1e-6 of a cent is not a cent)."""
-    return math.floor(x * 100 + 1e-6) / 100
-
-
-def ceil_cents(x: float) -> float:
-    return math.ceil(x * 100 - 1e-6) / 100
-
-
-def round_cents(x: float) -> float:
-    return round(x, 2)
-
-
-def cut_text(text: str, limit: int) -> str:
-    """``text`` within ``limit`` characters; a cut value ends in "…"."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 class Split(NamedTuple):
     train: list[Scenario]
     test: list[Scenario]
-
-
-def make_scenario(title: str, description: str, category: str, list_price: float, cost: float,
-                  source: str, budget_factor: float = BUDGET_FACTOR, budget: float | None = None) -> Scenario:
-    """Build a scenario with a stable id: the benchmark's derivation (budget ``budget_factor`` x
-    list price), or the ``budget`` given."""
-    digest = hashlib.sha1(f"{category}\n{title}".encode()).hexdigest()[:12]
-    check_budget_factor(budget_factor)
-    list_price = round(float(list_price), 2)
-    return Scenario(
-        id=f"{source}:{digest}", title=title, description=description, category=category,
-        list_price=list_price, budget=budget_factor * list_price if budget is None else float(budget),
-        cost=float(cost), source=source,
-    )
-
-
-def check_budget_factor(budget_factor: float) -> float:
-    if isinstance(budget_factor, bool) or not isinstance(budget_factor, (int, float)) \
-            or not math.isfinite(budget_factor) or not 0 < budget_factor <= 10:
-        raise ScenarioDataError(f"budget_factor must be a number in (0, 10], got {budget_factor!r}")
-    return float(budget_factor)
 
 
 # ---------------------------------------------------------------- AmazonHistoryPrice format
@@ -237,7 +148,6 @@ def load_scenarios(source: str = "builtin", budget_factor: float = BUDGET_FACTOR
     source = resolve_source(source)
     budget_factor = check_budget_factor(budget_factor)
     if source == "builtin":
-        from env.catalog import builtin_catalog
         if budget_factor == BUDGET_FACTOR:
             return builtin_catalog()
         key = ("builtin", budget_factor)

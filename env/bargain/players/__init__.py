@@ -1,8 +1,8 @@
 """Scripted players and the registry that builds them by name."""
 
-from env.players.base import Player, ScriptedPlayer
-from env.players.buyers import BASELINES, BUYERS, ExpertBuyer
-from env.players.sellers import PERSONAS, SELLERS, NeutralSeller
+from env.bargain.players.base import Player, ScriptedPlayer
+from env.bargain.players.buyers import BASELINES, BUYERS, ExpertBuyer
+from env.bargain.players.sellers import PERSONAS, SELLERS, NeutralSeller
 
 __all__ = ["Player", "ScriptedPlayer", "BUYERS", "SELLERS", "BASELINES", "PERSONAS", "ExpertBuyer",
            "NeutralSeller", "make_player", "parse_names"]

@@ -1,7 +1,7 @@
 """Typed clients for the served environments (OpenEnv ``EnvClient``: one WebSocket session each).
 
-    from env.client import BargainClient
-    from env.serving import BargainAction
+    from serving.bargain import BargainAction
+    from serving.client import BargainClient
 
     with BargainClient(base_url="http://127.0.0.1:8000").sync() as client:
         result = client.reset(seed=7, opponent="boulware")
@@ -17,14 +17,13 @@ from typing import Any
 
 from openenv.core import EnvClient
 from openenv.core.client_types import StepResult
-from openenv.core.env_server.types import State
 
-from env.serving import BargainAction, BargainObservation, BargainState, EchoAction, EchoObservation, MarketAction, \
-    MarketObservation, MarketState
+from serving.bargain import BargainAction, BargainObservation, BargainState
+from serving.market import MarketAction, MarketObservation, MarketState
 
 
-class _Typed:
-    """What the three clients share: actions sent as their fields, answers validated into the
+class Typed:
+    """What the typed clients share: actions sent as their fields, answers validated into the
     environment's own observation and state types (``obs_cls``, ``state_cls``)."""
 
     obs_cls: type
@@ -43,19 +42,13 @@ class _Typed:
         return self.state_cls(**payload)
 
 
-class BargainClient(_Typed, EnvClient[BargainAction, BargainObservation, BargainState]):
-    """Client of ``python -m env.serving`` (the bilateral negotiation)."""
+class BargainClient(Typed, EnvClient[BargainAction, BargainObservation, BargainState]):
+    """Client of ``python -m serving`` (the bilateral negotiation)."""
 
     obs_cls, state_cls = BargainObservation, BargainState
 
 
-class MarketClient(_Typed, EnvClient[MarketAction, MarketObservation, MarketState]):
-    """Client of ``python -m env.serving --env market`` (the GPU market, you play lab 0)."""
+class MarketClient(Typed, EnvClient[MarketAction, MarketObservation, MarketState]):
+    """Client of ``python -m serving --env market`` (the GPU market, you play lab 0)."""
 
     obs_cls, state_cls = MarketObservation, MarketState
-
-
-class EchoClient(_Typed, EnvClient[EchoAction, EchoObservation, State]):
-    """Client of ``python -m env.serving --env echo`` (the throughput baseline)."""
-
-    obs_cls, state_cls = EchoObservation, State

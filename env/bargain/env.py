@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from env import rules
-from env.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
-from env.rules import BUYER, OTHER, SELLER
-from env.scenarios import Scenario
+from env.bargain import rules
+from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
+from env.bargain.rules import BUYER, OTHER, SELLER
+from env.bargain.scenarios import Scenario
 
 DEFAULT_MAX_TURNS = 6
 BLOCKED_NOTE = "The seller's move was invalid and counts as [REJECT]."
@@ -111,7 +111,7 @@ class StepResult(NamedTuple):
 
 
 class BargainEnv:
-    """Turn sequencing for one negotiation at a time; rules live in ``env.rules``."""
+    """Turn sequencing for one negotiation at a time; rules live in ``env.bargain.rules``."""
 
     def __init__(self, max_turns: int = DEFAULT_MAX_TURNS):
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
