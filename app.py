@@ -18,11 +18,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from env.bargain.evaluation import EVAL_SEED_BASE, summarize_row
+from env.bargain.env import DEFAULT_MAX_TURNS
+from env.bargain.evaluation import EVAL_SEED_BASE, SEEDS_PER_PRODUCT, mix_rows, play_cell, summarize_row
 from env.market import ACTION_SCHEMA, POLICIES, TASKS as MARKET_TASKS, make_policy, play_market
 from env.market.actions import ACTION_DOCS
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, summarize as summarize_market
-from env.bargain.play import play_metrics
 from env.bargain.players import BUYERS, SELLERS, make_player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
@@ -36,7 +36,7 @@ from space.model import ENV_VAR, load_seat, model_label
 ROOT = Path(__file__).resolve().parent
 GAMES = GameStore(model_loader=load_seat)
 MARKETS = M.MarketGames()
-MAX_EVAL_EPISODES = {"scripted": 5000, MODEL: 20}
+MAX_EVAL_EPISODES = {"scripted": 14000, MODEL: 28}  # episodes in all (a mix plays every seller)
 MAX_MARKET_EPISODES = 2000
 SELLER_MIX = "mix"
 PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
@@ -125,29 +125,36 @@ def play_episode(buyer: str = "expert", seller: str = "neutral", source: str = "
 @_clear_errors
 def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: int = 200, source: str = "builtin",
                     seed: int = EVAL_SEED_BASE, reasoning_mode: str = "option_a") -> dict:
-    """Evaluate a buyer for N episodes on the held-out test products against one seller or the
-    whole seller mix ('mix'), seeds seed, seed+1, ...: the evaluation artifact's row fields
-    (mean reward, std, 95% CI, deal rate, bargained ratio, overshoot, format errors)."""
+    """Evaluate a buyer on the held-out test products against one seller or the whole seller mix
+    ('mix'), exactly as training/evaluate.py does: the first products of the test split,
+    SEEDS_PER_PRODUCT seeds each (episode k of product i has seed seed + i * SEEDS_PER_PRODUCT + k),
+    about `episodes` episodes per seller, rounded up to whole products. Returns the evaluation
+    artifact's row (mean reward, std, 95% CI, deal rate, bargained ratio, overshoot, format errors)."""
     seed = check_seed(seed)
     if buyer != MODEL and buyer not in BUYERS:
         raise GameError(f"unknown buyer {buyer!r}; choose from {', '.join([*BUYERS, MODEL])}")
     sellers = list(SELLERS) if seller == SELLER_MIX else [seller]
     if sellers[0] not in SELLERS:
         raise GameError(f"unknown seller {seller!r}; choose from {', '.join([*SELLERS, SELLER_MIX])}")
-    cap = MAX_EVAL_EPISODES[MODEL if buyer == MODEL else "scripted"]
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= cap:
-        raise GameError(f"episodes must be a whole number from 1 to {cap} for this buyer; got {episodes!r}")
     if reasoning_mode not in REASONING_MODES:
         raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}")
     if source not in available_sources():
         raise GameError(f"unknown or unavailable source {source!r}; choose from {', '.join(available_sources())}")
     scenarios = get_split(source, "test")
-    # players are reset at the start of every episode, so one of each serves all episodes
+    cap = MAX_EVAL_EPISODES[MODEL if buyer == MODEL else "scripted"]
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes * len(sellers) <= cap:
+        raise GameError(f"episodes must be a whole number from 1 to {cap // len(sellers)} per seller for this buyer "
+                        f"(at most {cap} in all); got {episodes!r}")
+    products = min(len(scenarios), -(-episodes // SEEDS_PER_PRODUCT))
+    # players are reset at the start of every episode, so one of each serves a whole cell
     b = load_seat(BUYER, reasoning_mode) if buyer == MODEL else make_player(BUYER, buyer, reasoning_mode)
-    seats = [make_player(SELLER, name, reasoning_mode) for name in sellers]
-    metrics = [play_metrics(scenarios[i % len(scenarios)], b, seats[i % len(seats)], seed + i) for i in range(episodes)]
-    return summarize_row(metrics, buyer=buyer if buyer != MODEL else model_label(), seller=seller, split="test",
-                         dataset=source, reasoning_mode=reasoning_mode, seeds=f"{seed}..{seed + episodes - 1}")
+    name = model_label() if buyer == MODEL else buyer
+    cells = {(name, s): play_cell(scenarios[:products], lambda: b, lambda s=s: make_player(SELLER, s, reasoning_mode),
+                                  SEEDS_PER_PRODUCT, DEFAULT_MAX_TURNS, seed)[0] for s in sellers}
+    row = (mix_rows(cells, "test", source)[0] if seller == SELLER_MIX
+           else summarize_row(cells[(name, seller)], buyer=name, seller=seller, split="test", dataset=source))
+    return {**row, "reasoning_mode": reasoning_mode, "products": products, "seeds_per_product": SEEDS_PER_PRODUCT,
+            "seeds": f"{seed}..{seed + products * SEEDS_PER_PRODUCT - 1}"}
 
 
 @_clear_errors
@@ -433,148 +440,194 @@ print(game["your_steps"][-1]["detail"], "| money left:", game["observation"]["mo
 
 
 # ---------------------------------------------------------------------- layout
-def build() -> gr.Blocks:
+def _glance_tab() -> None:
+    """The "At a glance" tab."""
+    gr.Markdown("Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
+                "one, −1 for an unreadable reply or going over budget. Scenarios are products with a "
+                "list price; *mutual interest* means budget ≥ cost.")
+    gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
+                                            "conflicting interest", "categories", "test products"],
+                 label="Scenarios (task: bilateral price negotiation)", interactive=False)
+    gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
+    gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
+                 interactive=False, wrap=True)
+
+
+def _play_tab() -> None:
+    """The "Play" tab."""
+    session = gr.State("")
+    with gr.Row():
+        buyer = gr.Dropdown(choices(BUYER), value=HUMAN, label="Buyer")
+        seller = gr.Dropdown(choices(SELLER), value="neutral", label="Seller")
+        mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
+        source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
+        product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed")
+    start = gr.Button("Start game", variant="primary", elem_id="start-game")
+    card = gr.Markdown(elem_id="game-card")
+    chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,
+                      elem_id="game-chat")
+    with gr.Group(visible=False) as controls:
+        with gr.Row():
+            action = gr.Radio(list(HUMAN_ACTIONS), value="offer", label="Your action",
+                              elem_id="human-action")
+            price = gr.Number(None, label="Price ($)", elem_id="human-price")
+        talk = gr.Textbox(label="What you say", placeholder="e.g. That's more than I hoped to pay.",
+                          elem_id="human-talk")
+        send = gr.Button("Send", variant="primary", elem_id="human-send")
+    outcome = gr.Markdown(elem_id="game-outcome")
+    source.change(lambda src: gr.update(choices=product_choices(src), value=-1), source, product,
+                  api_visibility="private")
+    start.click(ui_start, [source, buyer, seller, mode, product, seed, session],
+                [session, chat, card, outcome, controls], api_visibility="private")
+    send.click(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
+               api_visibility="private")
+    talk.submit(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
+                api_visibility="private")
+
+
+def _market_tab(demo: gr.Blocks) -> None:
+    """The "GPU market" tab."""
+    gr.Markdown("AI labs with private budgets and jobs trade scarce GPU capacity in rounds: offers, "
+                "pitches scored by a judge, spot purchases, coalitions that buy a volume lot together, "
+                "and market shocks. Lab 0 is played by the policy you choose (or by you); the other labs "
+                "are scripted counterparts that only trade when it pays them.\n\n"
+                + "\n".join(f"- `{n}`: {M.task_line(n)}" for n in MARKET_TASKS))
+    m_session = gr.State("")
+    with gr.Row():
+        m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task")
+        m_policy = gr.Dropdown(list(M.POLICY_CHOICES), value="expert", label="Lab 0 (policy)",
+                               elem_id="market-policy")
+        m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
+        m_seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="market-seed")
+    m_start = gr.Button("Start market game", variant="primary", elem_id="market-start")
+    m_card = gr.Markdown(elem_id="market-card")
+    with gr.Group(visible=False) as m_controls:
+        with gr.Row():
+            m_template = gr.Dropdown(list(M.TEMPLATES), value="wait", label="Start from an example",
+                                     elem_id="market-template")
+            m_action = gr.Textbox(ui_market_template("wait"), lines=2, label="Your action (one JSON object "
+                                  "of the schema below; ids from your view)", elem_id="market-action")
+        m_send = gr.Button("Act", variant="primary", elem_id="market-send")
+    m_rounds = gr.Markdown(elem_id="market-rounds")
+    m_outcome = gr.Markdown(elem_id="market-outcome")
+    with gr.Accordion("Reward terms and the action schema", open=False):
+        gr.Markdown(M.REWARD_MD + "\n\n**Actions** (one JSON object per step; a reply that is not "
+                    "one gets a reason code and the penalty):\n\n" + M.ACTIONS_TABLE)
+        gr.JSON(ACTION_SCHEMA, label="ACTION_SCHEMA (env/market/actions.py)")
+    gr.Markdown("### Evaluation (`artifacts/eval_market.json`, held-out seeds)")
+    m_prov = gr.Markdown()
+    m_bars = gr.Plot(label="reward per policy and task")
+    m_shock = gr.Plot(label="under shocks")
+    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows")
+    m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
+    m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
+                  [m_session, m_card, m_rounds, m_outcome, m_controls], api_visibility="private")
+    m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_controls],
+                 api_visibility="private")
+    demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
+
+
+def _evaluation_tab(demo: gr.Blocks) -> None:
+    """The "Evaluation" tab."""
     evals = [n for n in F.EVAL_FILES if F.read_artifact(n)]
+    with gr.Row():
+        eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
+        eval_seller = gr.Dropdown([SELLER_MIX, *SELLERS], value=SELLER_MIX, label="Seller")
+    eval_prov = gr.Markdown()
+    bars = gr.Plot(label="reward per buyer")
+    heat = gr.Plot(label="buyer x seller")
+    interest = gr.Plot(label="mutual vs conflicting interest")
+    table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows")
+    outs = [bars, heat, interest, table, eval_prov]
+    for comp in (eval_file, eval_seller):
+        comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+    demo.load(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+
+
+def _training_tab() -> None:
+    """The "Training" tab."""
+    gr.Plot(F.dashboard(), label="dashboard")
+    gr.Plot(F.sft_loss(), label="SFT")
+    gr.Plot(F.rl_rewards(), label="RL reward")
+    gr.Plot(F.rl_phases(), label="four phases")
+    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"],
+                 label="python training/pipeline.py: stages", interactive=False, wrap=True)
+    gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
+                            [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"]))
+
+
+def _before_after_tab(demo: gr.Blocks) -> None:
+    """The "Before vs after" tab."""
+    with gr.Row():
+        trained = gr.Dropdown(["grpo", "sft", "sdpo", "sft_option_b"], value="grpo",
+                              label="Trained buyer")
+        pair = gr.Dropdown(label="Same scenario, seller and seed", choices=[], value=None)
+    ba_summary = gr.Markdown()
+    with gr.Row():
+        before_chat = gr.Chatbot(label="before: untrained (base)", height=460)
+        after_chat = gr.Chatbot(label="after: trained", height=460)
+    trained.change(ui_pair_choices, trained, pair, api_visibility="private")
+    pair.change(ui_before_after, [trained, pair], [before_chat, after_chat, ba_summary],
+                api_visibility="private")
+    demo.load(ui_pair_choices, trained, pair, api_visibility="private")
+
+
+def _environment_tab(env_tab: gr.Tab) -> None:
+    """The "Environment" tab."""
+    gr.Markdown(ENV_TEXT)
+    gr.Markdown("**One SFT training sample, exactly as the trainer saw it**: the first expert game of "
+                "`training/sft.py` (train product 0, seed 0, neutral seller) as the token stream handed "
+                "to TRL's `SFTTrainer`, with the tokens that carry the loss (the buyer's own) marked.")
+    sample = gr.HighlightedText(label="token stream (loss on 'trained' spans only)",
+                                color_map={"trained": "green"}, elem_id="sft-sample")
+    env_tab.select(sft_sample, None, sample, api_visibility="private")
+
+
+def _artifacts_tab() -> None:
+    """The "Artifacts" tab."""
+    rows = F.list_artifacts()
+    gr.Dataframe([[r["file"], r["bytes"], r["command"], r["commit"], r["date"]] for r in rows],
+                 headers=["file", "bytes", "command", "commit", "date"], interactive=False, wrap=True,
+                 label="artifacts/")
+    pick = gr.Dropdown([r["file"] for r in rows], label="File")
+    download = gr.File(label="Download")
+    meta = gr.JSON(label="provenance")
+    pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
+
+
+def _api_tab() -> None:
+    """The "API" tab."""
+    gr.Markdown("Every function below is a named endpoint; game endpoints take and return a "
+                "`session_id`, so API clients are isolated from each other and from the page.\n\n"
+                + "\n".join(f"- `/{fn.__name__}`: {(fn.__doc__ or '').split(chr(10))[0]}"
+                            for fn in API) + "\n\n" + api_example())
+
+
+def build() -> gr.Blocks:
+    """The whole page: one function per tab, and every API function as a named endpoint."""
     with gr.Blocks(title="Haggle") as demo:
         gr.Markdown("# Haggle\nLanguage models that learn to negotiate from verifiable rewards: a buyer with a "
                     "private budget bargains with a regulated seller who has a private cost.")
         with gr.Tabs():
             with gr.Tab("At a glance", id="glance"):
-                gr.Markdown("Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
-                            "one, −1 for an unreadable reply or going over budget. Scenarios are products with a "
-                            "list price; *mutual interest* means budget ≥ cost.")
-                gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
-                                                        "conflicting interest", "categories", "test products"],
-                             label="Scenarios (task: bilateral price negotiation)", interactive=False)
-                gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
-                gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
-                             interactive=False, wrap=True)
+                _glance_tab()
             with gr.Tab("Play", id="play"):
-                session = gr.State("")
-                with gr.Row():
-                    buyer = gr.Dropdown(choices(BUYER), value=HUMAN, label="Buyer")
-                    seller = gr.Dropdown(choices(SELLER), value="neutral", label="Seller")
-                    mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
-                    source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
-                    product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
-                    seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed")
-                start = gr.Button("Start game", variant="primary", elem_id="start-game")
-                card = gr.Markdown(elem_id="game-card")
-                chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,
-                                  elem_id="game-chat")
-                with gr.Group(visible=False) as controls:
-                    with gr.Row():
-                        action = gr.Radio(list(HUMAN_ACTIONS), value="offer", label="Your action",
-                                          elem_id="human-action")
-                        price = gr.Number(None, label="Price ($)", elem_id="human-price")
-                    talk = gr.Textbox(label="What you say", placeholder="e.g. That's more than I hoped to pay.",
-                                      elem_id="human-talk")
-                    send = gr.Button("Send", variant="primary", elem_id="human-send")
-                outcome = gr.Markdown(elem_id="game-outcome")
-                source.change(lambda src: gr.update(choices=product_choices(src), value=-1), source, product,
-                              api_visibility="private")
-                start.click(ui_start, [source, buyer, seller, mode, product, seed, session],
-                            [session, chat, card, outcome, controls], api_visibility="private")
-                send.click(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
-                           api_visibility="private")
-                talk.submit(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
-                            api_visibility="private")
+                _play_tab()
             with gr.Tab("GPU market", id="market"):
-                gr.Markdown("AI labs with private budgets and jobs trade scarce GPU capacity in rounds: offers, "
-                            "pitches scored by a judge, spot purchases, coalitions that buy a volume lot together, "
-                            "and market shocks. Lab 0 is played by the policy you choose (or by you); the other labs "
-                            "are scripted counterparts that only trade when it pays them.\n\n"
-                            + "\n".join(f"- `{n}`: {M.task_line(n)}" for n in MARKET_TASKS))
-                m_session = gr.State("")
-                with gr.Row():
-                    m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task")
-                    m_policy = gr.Dropdown(list(M.POLICY_CHOICES), value="expert", label="Lab 0 (policy)",
-                                           elem_id="market-policy")
-                    m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
-                    m_seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="market-seed")
-                m_start = gr.Button("Start market game", variant="primary", elem_id="market-start")
-                m_card = gr.Markdown(elem_id="market-card")
-                with gr.Group(visible=False) as m_controls:
-                    with gr.Row():
-                        m_template = gr.Dropdown(list(M.TEMPLATES), value="wait", label="Start from an example",
-                                                 elem_id="market-template")
-                        m_action = gr.Textbox(ui_market_template("wait"), lines=2, label="Your action (one JSON object "
-                                              "of the schema below; ids from your view)", elem_id="market-action")
-                    m_send = gr.Button("Act", variant="primary", elem_id="market-send")
-                m_rounds = gr.Markdown(elem_id="market-rounds")
-                m_outcome = gr.Markdown(elem_id="market-outcome")
-                with gr.Accordion("Reward terms and the action schema", open=False):
-                    gr.Markdown(M.REWARD_MD + "\n\n**Actions** (one JSON object per step; a reply that is not "
-                                "one gets a reason code and the penalty):\n\n" + M.ACTIONS_TABLE)
-                    gr.JSON(ACTION_SCHEMA, label="ACTION_SCHEMA (env/market/actions.py)")
-                gr.Markdown("### Evaluation (`artifacts/eval_market.json`, held-out seeds)")
-                m_prov = gr.Markdown()
-                m_bars = gr.Plot(label="reward per policy and task")
-                m_shock = gr.Plot(label="under shocks")
-                m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows")
-                m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
-                m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
-                              [m_session, m_card, m_rounds, m_outcome, m_controls], api_visibility="private")
-                m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_controls],
-                             api_visibility="private")
-                demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
+                _market_tab(demo)
             with gr.Tab("Evaluation", id="evaluation"):
-                with gr.Row():
-                    eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
-                    eval_seller = gr.Dropdown([SELLER_MIX, *SELLERS], value=SELLER_MIX, label="Seller")
-                eval_prov = gr.Markdown()
-                bars = gr.Plot(label="reward per buyer")
-                heat = gr.Plot(label="buyer x seller")
-                interest = gr.Plot(label="mutual vs conflicting interest")
-                table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows")
-                outs = [bars, heat, interest, table, eval_prov]
-                for comp in (eval_file, eval_seller):
-                    comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
-                demo.load(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+                _evaluation_tab(demo)
             with gr.Tab("Training", id="training"):
-                gr.Plot(F.dashboard(), label="dashboard")
-                gr.Plot(F.sft_loss(), label="SFT")
-                gr.Plot(F.rl_rewards(), label="RL reward")
-                gr.Plot(F.rl_phases(), label="four phases")
-                gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"],
-                             label="python training/pipeline.py: stages", interactive=False, wrap=True)
-                gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
-                                        [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"]))
+                _training_tab()
             with gr.Tab("Before vs after", id="before-after"):
-                with gr.Row():
-                    trained = gr.Dropdown(["grpo", "sft", "sdpo", "sft_option_b"], value="grpo",
-                                          label="Trained buyer")
-                    pair = gr.Dropdown(label="Same scenario, seller and seed", choices=[], value=None)
-                ba_summary = gr.Markdown()
-                with gr.Row():
-                    before_chat = gr.Chatbot(label="before: untrained (base)", height=460)
-                    after_chat = gr.Chatbot(label="after: trained", height=460)
-                trained.change(ui_pair_choices, trained, pair, api_visibility="private")
-                pair.change(ui_before_after, [trained, pair], [before_chat, after_chat, ba_summary],
-                            api_visibility="private")
-                demo.load(ui_pair_choices, trained, pair, api_visibility="private")
+                _before_after_tab(demo)
             with gr.Tab("Environment", id="environment") as env_tab:
-                gr.Markdown(ENV_TEXT)
-                gr.Markdown("**One SFT training sample, exactly as the trainer saw it**: the first expert game of "
-                            "`training/sft.py` (train product 0, seed 0, neutral seller) as the token stream handed "
-                            "to TRL's `SFTTrainer`, with the tokens that carry the loss (the buyer's own) marked.")
-                sample = gr.HighlightedText(label="token stream (loss on 'trained' spans only)",
-                                            color_map={"trained": "green"}, elem_id="sft-sample")
-                env_tab.select(sft_sample, None, sample, api_visibility="private")
+                _environment_tab(env_tab)
             with gr.Tab("Artifacts", id="artifacts"):
-                rows = F.list_artifacts()
-                gr.Dataframe([[r["file"], r["bytes"], r["command"], r["commit"], r["date"]] for r in rows],
-                             headers=["file", "bytes", "command", "commit", "date"], interactive=False, wrap=True,
-                             label="artifacts/")
-                pick = gr.Dropdown([r["file"] for r in rows], label="File")
-                download = gr.File(label="Download")
-                meta = gr.JSON(label="provenance")
-                pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
+                _artifacts_tab()
             with gr.Tab("API", id="api"):
-                gr.Markdown("Every function below is a named endpoint; game endpoints take and return a "
-                            "`session_id`, so API clients are isolated from each other and from the page.\n\n"
-                            + "\n".join(f"- `/{fn.__name__}`: {(fn.__doc__ or '').split(chr(10))[0]}"
-                                        for fn in API) + "\n\n" + api_example())
+                _api_tab()
         for fn in API:
             gr.api(fn, api_name=fn.__name__, concurrency_limit=None, queue=fn not in QUEUED)
     return demo
@@ -587,8 +640,6 @@ API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluat
 
 
 def launch(**kwargs):
-    demo = build()
-    demo.queue(default_concurrency_limit=None)
     mcp = kwargs.pop("mcp_server", None)
     if mcp is None:
         try:
@@ -598,6 +649,9 @@ def launch(**kwargs):
             mcp = False
     return demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], **kwargs)
 
+
+demo = build()  # the Space's app (Gradio's convention: a module-level ``demo``)
+demo.queue(default_concurrency_limit=None)
 
 if __name__ == "__main__":
     launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from env.bargain.players import SELLERS
-from env.bargain.scenarios import get_split
 from space.model import SHIPPED
 
 
@@ -12,12 +13,13 @@ def sft_sample(mode: str = "option_a", model: str | None = None) -> list[tuple[s
     ``(text, label)`` spans: label ``trained`` where ``completion_mask`` is 1, else None."""
     from training.backends import TransformersBackend  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
+    from training.games.bargain import BargainGame  # noqa: PLC0415
     from training.rollout import LLMAgent  # noqa: PLC0415
-    from training.sft import expert_dataset  # noqa: PLC0415
 
     net, tok = load_model(model or str(SHIPPED), device="cpu", dtype="float32")
-    dataset, _ = expert_dataset([LLMAgent(TransformersBackend(net, tok), mode)], get_split("builtin", "train"), 1,
-                                [next(iter(SELLERS))], 6)
+    game = BargainGame(SimpleNamespace(scenarios="builtin", budget_factor=0.8, seller_names=[next(iter(SELLERS))],
+                                       max_turns=6))
+    dataset, _ = game.expert_games([LLMAgent(TransformersBackend(net, tok), mode)], 1)
     ids, mask = dataset[0]["input_ids"], dataset[0]["completion_mask"]
     spans, start = [], 0
     for i in range(1, len(ids) + 1):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 import pytest
 
@@ -36,19 +38,20 @@ def test_ui_game_round_trip():
     assert steps[-1][0] != sid
 
 
-def test_evaluate_policy_matches_the_harness():
-    """A live evaluation is the harness's summary of the same episodes."""
-    from env.bargain.evaluation import summarize
-    from env.bargain.play import play_metrics
-    from env.bargain.players import make_player
-    from env.bargain.scenarios import get_split
+@pytest.mark.parametrize("seller, episodes", [("boulware", 30), ("mix", 8)])
+def test_evaluate_policy_is_the_evaluation_scripts_row(seller, episodes):
+    """A live evaluation is the row training/evaluate.py writes for the same products and seeds
+    (the artifacts' seed rule), for one seller and for the seller mix."""
+    from training import evaluate
 
-    row = app.evaluate_policy("split_difference", "boulware", 30, "builtin", 5, "option_a")
-    test = get_split("builtin", "test")
-    metrics = [play_metrics(test[i % len(test)], make_player("buyer", "split_difference"),
-                            make_player("seller", "boulware"), 5 + i) for i in range(30)]
-    assert {k: row[k] for k in ("reward_mean", "deal_rate", "episodes")} == \
-        {k: summarize(metrics)[k] for k in ("reward_mean", "deal_rate", "episodes")}
+    row = app.evaluate_policy("split_difference", seller, episodes, "builtin", 5, "option_a")
+    products = -(-episodes // 4)
+    art = evaluate.run(evaluate.EvalConfig(scenarios="builtin", buyers="split_difference",
+                                           sellers="boulware" if seller == "boulware" else "all", limit=products,
+                                           seed_base=5, out="", transcripts="", progress=False))
+    expected = next(r for r in art["rows"] if r["seller"] == seller)
+    assert {k: row[k] for k in expected} == json.loads(json.dumps(expected))
+    assert row["episodes"] == products * 4 * (7 if seller == "mix" else 1)
 
 
 @pytest.mark.parametrize("kwargs", [{"buyer": "nobody"}, {"seller": "nobody"}, {"episodes": 0},

@@ -11,7 +11,8 @@ import pytest
 from env.market import MarketEnv, TASKS, make_policy, parse_action, play_market
 from training import evaluate, grpo, sdpo, sft
 from training.backends import SamplingConfig, TransformersBackend
-from training.market_rollout import (assert_market_no_leak, market_defaults, market_rows, market_system_prompt,
+from training.games.market import MarketEpisode, MarketGame
+from training.market_rollout import (assert_market_no_leak, market_system_prompt,
                                      market_user_message, play_market_episodes)
 from training.prompts import LeakError
 from training.rollout import LLMAgent, Teacher
@@ -111,16 +112,19 @@ def test_prompts_show_the_labs_own_view_and_the_leak_guard_fires():
 
 
 def test_market_training_rows_and_defaults_stay_apart_from_evaluation_and_the_bilateral_runs():
-    rows = market_rows(["single_trade", "market_round"], 5)
-    assert rows == ["single_trade 0", "market_round 1", "single_trade 2", "market_round 3", "single_trade 4"]
+    script = SimpleNamespace(env="market", curve="artifacts/grpo_training_curve.json",
+                             task_names=["single_trade", "market_round"])
+    game = MarketGame(script)
+    assert game.rows(5) == [MarketEpisode("single_trade", 0), MarketEpisode("market_round", 1),
+                            MarketEpisode("single_trade", 2), MarketEpisode("market_round", 3),
+                            MarketEpisode("single_trade", 4)]
     with pytest.raises(ValueError, match="held-out"):
-        market_rows(["single_trade"], 1_000_001)
-    script, cfg = SimpleNamespace(env="market", curve="artifacts/grpo_training_curve.json"), \
-        SimpleNamespace(output_dir="runs/grpo")
-    market_defaults(script, cfg, "artifacts/grpo_training_curve.json", "runs/grpo")
+        game.rows(1_000_001)
+    cfg = SimpleNamespace(output_dir="runs/grpo")
+    game.defaults(cfg, "artifacts/grpo_training_curve.json", "runs/grpo")
     assert script.curve == "artifacts/grpo_market_training_curve.json" and cfg.output_dir == "runs/grpo-market"
-    script, cfg = SimpleNamespace(env="market", curve="mine.json"), SimpleNamespace(output_dir="runs/x")
-    market_defaults(script, cfg, "artifacts/grpo_training_curve.json", "runs/grpo")
+    script.curve, cfg = "mine.json", SimpleNamespace(output_dir="runs/x")
+    game.defaults(cfg, "artifacts/grpo_training_curve.json", "runs/grpo")
     assert script.curve == "mine.json" and cfg.output_dir == "runs/x"
 
 

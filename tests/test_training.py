@@ -79,7 +79,7 @@ def test_sdpo_hindsight_never_shows_the_cost():
     for buyer in ("expert", "lowballer", "random_valid"):
         records = play_episodes(eps, buyer, "neutral")
         for rec, (sc, _) in zip(records, eps):
-            note = hindsight(rec, records, sc.budget)
+            note = hindsight(rec, records)
             assert "cost" not in note.lower()
             for form in (f"${sc.cost:,.2f}", f"{sc.cost:.2f}"):
                 if form not in str(rec.transcript["turns"]):  # unless the seller said that price aloud
@@ -87,7 +87,7 @@ def test_sdpo_hindsight_never_shows_the_cost():
             assert "Hindsight feedback" in note and ("deal" in note or "no deal" in note or "reward" in note)
         if buyer == "expert":  # siblings that did better with a positive reward become demonstrations
             best = max(x.reward for x in records)
-            assert best > 0 and all("A better game" in hindsight(r, records, 1.0) for r in records if r.reward < best)
+            assert best > 0 and all("A better game" in hindsight(r, records) for r in records if r.reward < best)
 
 
 def test_shipped_training_artifacts_follow_the_contract():

@@ -20,7 +20,6 @@ paper's phases can be looked for), plus TRL's loss and KL logs.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,15 +28,14 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig
 
-from env.market.world import TASKS as MARKET_TASKS
-from env.bargain.players import SELLERS, parse_names
+from env.bargain.players import SELLERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.scenarios import check_budget_factor
-from training.market_rollout import market_defaults, market_rows
-
-ENVS = ("bargain", "market")
+from training.games import GAMES, check_env, game_for
+from training.games.base import reward_stats
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
+DEFAULT_DIR = "runs/grpo"
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
               "--num_generations", "4", "--save_steps", "1", "--max_new_tokens", "16", "--max_turns", "2"]
 
@@ -65,20 +63,15 @@ class GRPOScriptArguments:
     def __post_init__(self):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        self.seller_names = parse_names(self.sellers, SELLERS, "seller")
         check_budget_factor(self.budget_factor)
-        if self.env not in ENVS:
-            raise ValueError(f"--env must be one of {', '.join(ENVS)}, got {self.env!r}")
-        self.task_names = parse_names(self.tasks, MARKET_TASKS, "task")
-        if self.env == "market" and self.seller_model:
-            raise ValueError("--seller_model is for the bilateral game; market counterparts are scripted")
+        GAMES[check_env(self.env)].check_script(self)
 
 
 @dataclass
 class HaggleGRPOConfig(GRPOConfig):
     """TRL's GRPOConfig with defaults for this task: 64 episodes per step in groups of 8, no KL."""
 
-    output_dir: str = field(default="runs/grpo")
+    output_dir: str = field(default=DEFAULT_DIR)
     per_device_train_batch_size: int = field(default=8)
     gradient_accumulation_steps: int = field(default=8)
     num_generations: int = field(default=8)
@@ -98,14 +91,16 @@ class HaggleGRPOConfig(GRPOConfig):
 
 
 class EpisodeRollouts:
-    """The ``rollout_func``: plays whole episodes with the current policy; keeps per-step stats."""
+    """The ``rollout_func``: plays whole episodes of the game with the current policy; keeps per-step
+    stats. A dataset row's prompt is the index of its episode in ``episodes`` (typed records, made
+    by the game's adapter)."""
 
-    def __init__(self, script: GRPOScriptArguments, cfg: GRPOConfig, scenarios, seller_agent=None):
-        self.script, self.cfg, self.scenarios, self.seller_agent = script, cfg, scenarios, seller_agent
+    def __init__(self, script: GRPOScriptArguments, cfg: GRPOConfig, game, episodes: list, opponent=None):
+        self.script, self.cfg, self.game, self.episodes, self.opponent = script, cfg, game, episodes, opponent
         self.backend = self.agent = None
         self.steps: list[dict] = []
 
-    def _buyer(self, trainer):
+    def _policy(self, trainer):
         from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
         from training.rollout import LLMAgent  # noqa: PLC0415
 
@@ -118,28 +113,17 @@ class EpisodeRollouts:
             self.agent = LLMAgent(self.backend, self.script.reasoning_mode, name="policy")
         return self.agent
 
-    def play(self, agent, prompts: list) -> list:
-        """Whole episodes for the dataset rows ``"product_index seed"``, the policy as the buyer."""
-        from training.rollout import play_episodes  # noqa: PLC0415
-
-        episodes, sellers = [], []
-        for p in prompts:
-            index, seed = (int(x) for x in str(p).split())
-            episodes.append((self.scenarios[index % len(self.scenarios)], seed))
-            names = self.script.seller_names
-            sellers.append(self.seller_agent or names[seed % len(names)])
-        return play_episodes(episodes, agent, sellers, self.script.max_turns)
-
     def __call__(self, prompts: list, trainer) -> dict:
-        agent = self._buyer(trainer)
+        agent = self._policy(trainer)
         was_training = agent.backend.model.training
         agent.backend.model.eval()
         try:
-            records = self.play(agent, prompts)
+            records = self.game.play(agent, [self.episodes[int(p)] for p in prompts], self.opponent)
         finally:
             agent.backend.model.train(was_training)
         self.last_records = records
-        self._log(records, trainer)
+        self.steps.append({**reward_stats(records, self.cfg.num_generations, trainer.state.global_step + 1),
+                           **self.game.step_stats(records)})
         limit = self.cfg.max_completion_length
         return {
             "prompt_ids": [r.prompt_ids for r in records],
@@ -148,48 +132,6 @@ class EpisodeRollouts:
             "env_mask": [r.env_mask[:limit] for r in records],
             "episode_reward": [r.reward for r in records],
         }
-
-    def _log(self, records, trainer) -> None:
-        firsts = [r.metrics["first_offer_ratio"] for r in records if r.metrics["first_offer_ratio"] is not None]
-        self.steps.append({
-            **self._reward_stats(records, trainer),
-            "deal_rate": statistics.fmean(r.metrics["deal"] for r in records),
-            "first_offer_ratio": statistics.fmean(firsts) if firsts else None,
-            "turns_mean": statistics.fmean(r.metrics["turns"] for r in records),
-            "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
-            "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
-        })
-
-    def _reward_stats(self, records, trainer) -> dict:
-        """Reward spread of one step's episodes, and how many groups had no spread at all."""
-        rewards = [r.reward for r in records]
-        g = self.cfg.num_generations
-        groups = [rewards[i: i + g] for i in range(0, len(rewards), g)]
-        return {"step": trainer.state.global_step + 1, "episodes": len(records),
-                "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
-                "reward_min": min(rewards), "reward_max": max(rewards),
-                "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups)}
-
-
-class MarketRollouts(EpisodeRollouts):
-    """The ``rollout_func`` for the GPU market: the policy plays lab 0 of ``"task seed"`` rows; the
-    reward is lab 0's outcome over its total job value."""
-
-    def play(self, agent, prompts: list) -> list:
-        from training.market_rollout import play_market_episodes  # noqa: PLC0415
-
-        episodes = [(task, int(seed)) for task, seed in (str(p).split() for p in prompts)]
-        return play_market_episodes(episodes, agent, name="policy")
-
-    def _log(self, records, trainer) -> None:
-        outs = [r.metrics for r in records]
-        self.steps.append({
-            **self._reward_stats(records, trainer),
-            "deal_rate": statistics.fmean(o["deals"] > 0 for o in outs),
-            "job_completion_rate": sum(o["jobs_completed"] for o in outs) / max(1, sum(o["jobs"] for o in outs)),
-            "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
-            "actions_mean": statistics.fmean(o["actions"] for o in outs),
-        })
 
 
 def episode_reward(completions, episode_reward, **_) -> list[float]:
@@ -205,32 +147,29 @@ def curve_points(steps: list[dict], log_history: list[dict]) -> list[dict]:
     return [{**s, **{k: trl[s["step"]][k] for k in keys if k in trl.get(s["step"], {})}} for s in steps]
 
 
-def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, config_cls=None, extra_kwargs=None,
-         script_path: str = __file__):
-    """Train; SDPO reuses this with its own trainer class, script arguments and config defaults."""
+def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path: str, default_curve: str,
+          default_dir: str):
+    """What a GRPO-family run needs before its trainer: the game (whose defaults may move the curve
+    and checkpoints away from ``default_curve`` / ``default_dir``), the publish checks (before any
+    training), the policy and its tokenizer, the frozen opponent, the episodes and their rollouts.
+    Returns ``(game, model, tokenizer, dataset, rollouts, hub)``."""
     from datasets import Dataset  # noqa: PLC0415
-    from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
 
-    from env.bargain.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
+    from env.bargain.scenarios import ScenarioDataError  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
-    from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--smoke" in argv:  # small defaults first, so explicit flags still win
-        argv = SMOKE_ARGS + argv
-    parser = TrlParser((script_cls or GRPOScriptArguments, config_cls or HaggleGRPOConfig, ModelConfig))
-    try:
-        script, cfg, model_args = parser.parse_args_and_config(args=argv)
-    except ValueError as exc:
-        parser.error(str(exc))
     method = Path(script_path).stem.upper()
-    market_defaults(script, cfg, type(script).__dataclass_fields__["curve"].default,
-                    type(cfg).__dataclass_fields__["output_dir"].default)
-    if script.env == "market" and cfg.push_to_hub:
-        parser.error("--push_to_hub publishes the bilateral buyer (its card reads eval_results.json); "
-                     "it is not wired for --env market")
+    try:
+        game = game_for(script)
+    except ScenarioDataError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    game.defaults(cfg, default_curve, default_dir)
     hub = None
     if cfg.push_to_hub:  # every check a push needs happens before any training
+        if not game.publishable:
+            print(f"--push_to_hub publishes the bilateral buyer (its card reads eval_results.json); it is not "
+                  f"wired for --env {game.name}", file=sys.stderr)
+            raise SystemExit(2)
         from training.hub import HubError, preflight  # noqa: PLC0415
         try:
             hub = preflight(cfg.hub_model_id)
@@ -238,59 +177,73 @@ def main(argv: list[str] | None = None, trainer_cls=None, script_cls=None, confi
             raise SystemExit(f"--push_to_hub: {exc}") from None
         print(f"will push the FP8 {method} buyer to {hub['repo_id']} as {hub['user']}", file=sys.stderr)
         cfg.push_to_hub = False  # TRL's trainer would push every checkpoint; we publish once, after training
-    start = time.perf_counter()
     path = model_args.model_name_or_path or "runs/sft/final"
     model, tok = load_model(path, device="cpu" if cfg.use_cpu else None, dtype="float32")
-    seller_agent = None
+    opponent = None
     if script.seller_model:
         from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
         from training.rollout import LLMAgent  # noqa: PLC0415
         sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
-        seller_agent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
-                                script.reasoning_mode, name="frozen-seller")
+        opponent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
+                            script.reasoning_mode, name="frozen-seller")
     rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
-    if script.env == "market":
-        train = []
-        dataset = Dataset.from_dict({"prompt": market_rows(script.task_names, rows)})
-        rollouts = MarketRollouts(script, cfg, train)
-    else:
-        try:
-            train = get_split(script.scenarios, "train", script.budget_factor)
-        except ScenarioDataError as exc:
-            raise SystemExit(f"error: {exc}") from None
-        dataset = Dataset.from_dict({"prompt": [f"{i % len(train)} {i}" for i in range(rows)]})
-        rollouts = EpisodeRollouts(script, cfg, train, seller_agent)
-    kwargs = extra_kwargs(script, rollouts) if extra_kwargs else {}
-    trainer = (trainer_cls or GRPOTrainer)(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
-                                           processing_class=tok, rollout_func=rollouts,
-                                           peft_config=get_peft_config(model_args), **kwargs)
-    resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    episodes = game.rows(rows)
+    dataset = Dataset.from_dict({"prompt": [str(i) for i in range(rows)]})
+    return game, model, tok, dataset, EpisodeRollouts(script, cfg, game, episodes, opponent), hub
+
+
+def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str], script_path: str, start: float,
+           resumed: bool):
+    """Save the final policy (LoRA merged), its lineage and the training curve; publish when asked."""
+    from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
+
+    path = model_args.model_name_or_path or "runs/sft/final"
     final = Path(cfg.output_dir) / "final"
     merged = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
     merged.save_pretrained(final)
-    tok.save_pretrained(final)
+    trainer.processing_class.save_pretrained(final)
     write_lineage(final, path, Path(script_path).stem)
     if script.curve:
-        config = {"script": {k: v for k, v in asdict(script).items() if k != "seller_names"}, "push_to_hub": bool(hub),
-                  "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
-                  "model": path, "peft": model_args.use_peft, "train_products": len(train),
-                  "checkpoint": str(final), "resumed": resume}
-        if script.env == "market":
-            seeds = {"rows": f"row i: task i mod {len(script.task_names)} of {script.task_names}, seed i (below the "
-                             f"held-out evaluation seeds)", "training_seed": cfg.seed}
-        else:
-            seeds = {"rows": f"row i: train product i mod {len(train)}, seed i; seller persona seed mod "
-                             f"{len(script.seller_names)}", "training_seed": cfg.seed}
+        config = {"script": {k: v for k, v in asdict(script).items() if k not in ("seller_names", "task_names")},
+                  "push_to_hub": bool(hub), "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
+                  "model": path, "peft": model_args.use_peft, "train_products": len(game.train),
+                  "checkpoint": str(final), "resumed": resumed}
+        seeds = {"rows": game.seed_rule("rows"), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(script_path, [script_path, *argv])),
                                   "points": curve_points(rollouts.steps, trainer.state.log_history)})
     if hub:
         from training.hub import publish  # noqa: PLC0415
+        method = Path(script_path).stem.upper()
         url = publish(final, hub["repo_id"], method=method, reasoning_mode=script.reasoning_mode,
                       curve_path=script.curve, eval_path=script.card_eval, python=hub["quantize_python"],
                       private=cfg.hub_private_repo)
         print(f"pushed the FP8 {method} buyer, its model card, curve and evaluation: {url}", file=sys.stderr)
+    return final
+
+
+def parse(parser, argv: list[str]):
+    """Arguments, with ``--smoke``'s small defaults first so explicit flags still win."""
+    if "--smoke" in argv:
+        argv = SMOKE_ARGS + argv
+    try:
+        return parser.parse_args_and_config(args=argv), argv
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def main(argv: list[str] | None = None):
+    from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    (script, cfg, model_args), argv = parse(TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig)), argv)
+    start = time.perf_counter()
+    game, model, tok, dataset, rollouts, hub = setup(script, cfg, model_args, __file__, DEFAULT_CURVE, DEFAULT_DIR)
+    trainer = GRPOTrainer(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
+                          processing_class=tok, rollout_func=rollouts, peft_config=get_peft_config(model_args))
+    resumed = any(Path(cfg.output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if resumed else None)
+    final = finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, __file__, start, resumed)
     return trainer, final
 
 

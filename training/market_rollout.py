@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from env.market import rules
 from env.market.actions import EXAMPLES
 from env.market.env import MarketEnv, MarketStep
-from env.market.evaluation import MARKET_EVAL_SEED_BASE, transcript
+from env.market.evaluation import transcript
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.world import ACTIONS_PER_TURN, TASKS
@@ -92,25 +91,6 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
             f"{json.dumps(c['shares'], separators=(',', ':'))}, committed {','.join(c['committed']) or 'none'}"
             for c in obs["coalitions"]))
     return "\n".join(lines)
-
-
-def market_defaults(script, cfg, default_curve: str, default_dir: str) -> None:
-    """A market run writes its own curve and checkpoints unless told otherwise (a bilateral run's
-    checkpoints in the default folder must never be resumed as a market run's)."""
-    if script.env == "market":
-        stem = Path(default_curve).stem.replace("_training_curve", "")
-        if script.curve == default_curve:
-            script.curve = str(Path(default_curve).with_name(f"{stem}_market_training_curve.json"))
-        if cfg.output_dir == default_dir:
-            cfg.output_dir = f"{default_dir}-market"
-
-
-def market_rows(tasks: list[str], rows: int) -> list[str]:
-    """Dataset rows ``"task seed"``: row i plays task i mod len(tasks) with seed i, always below the
-    evaluation seeds."""
-    if rows > MARKET_EVAL_SEED_BASE:
-        raise ValueError(f"{rows} training rows would reach the held-out evaluation seeds ({MARKET_EVAL_SEED_BASE}+)")
-    return [f"{tasks[i % len(tasks)]} {i}" for i in range(rows)]
 
 
 def assert_market_no_leak(text: str, env: MarketEnv, lab: int = 0) -> str:

@@ -21,15 +21,20 @@ TRL's ``GRPOTrainer`` and only replaces the advantages with per-token ones (TRL'
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from trl import GRPOTrainer
 
 from env.bargain.protocol import format_price
-from training.grpo import GRPOScriptArguments, HaggleGRPOConfig, main as rl_main
+from training.games import GAMES
+from training.grpo import GRPOScriptArguments, HaggleGRPOConfig, episode_reward, finish, parse, setup
 
 DEFAULT_CURVE = "artifacts/sdpo_training_curve.json"
+DEFAULT_DIR = "runs/sdpo"
 
 
 @dataclass
@@ -41,20 +46,22 @@ class SDPOScriptArguments(GRPOScriptArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.env != "bargain":
-            raise ValueError("SDPO's hindsight feedback is written for the bilateral buyer; train the market with "
-                             "training/grpo.py --env market (or sft.py --env market)")
+        if not GAMES[self.env].hindsight:
+            raise ValueError(f"SDPO's hindsight feedback is written for the bilateral buyer, not --env {self.env}; "
+                             f"train it with training/grpo.py --env {self.env} (or sft.py --env {self.env})")
         if not (0 <= self.lam_end <= 1 and 0 <= self.lam_start <= 1) or self.gap_clamp <= 0:
             raise ValueError("need 0 <= lam_start, lam_end <= 1 and gap_clamp > 0")
 
 
 @dataclass
 class HaggleSDPOConfig(HaggleGRPOConfig):
-    output_dir: str = field(default="runs/sdpo")
+    output_dir: str = field(default=DEFAULT_DIR)
 
 
-def hindsight(record, siblings: list, budget: float) -> str:
-    """Feedback on one finished episode, from the buyer's own knowledge only."""
+def hindsight(record, siblings: list) -> str:
+    """Feedback on one finished episode, from the buyer's own knowledge only (its budget is in the
+    episode's record)."""
+    budget = record.transcript["scenario"]["budget"]
     m, turns = record.metrics, record.transcript["turns"]
     buyer_moves = [t["action"] or f"(unreadable: {t['error']})" for t in turns if t["role"] == "buyer"]
     asks = [t["action"] for t in turns if t["role"] == "seller" and t["action"] and t["action"].startswith("[SELL]")]
@@ -118,8 +125,7 @@ class SDPOTrainer(GRPOTrainer):
         records = self.rollouts.last_records
         g = self.args.num_generations
         groups = [records[i: i + g] for i in range(0, len(records), g)]
-        budgets = self.rollouts.scenarios_by_id
-        notes = [hindsight(r, groups[i // g], budgets[r.scenario_id].budget) for i, r in enumerate(records)]
+        notes = [hindsight(r, groups[i // g]) for i, r in enumerate(records)]
         teacher_prompts = [self._teacher_prompt(r, note) for r, note in zip(records, notes)]
         mask = out["completion_mask"] * out.get("tool_mask", torch.ones_like(out["completion_mask"]))
         teacher = self._logps(teacher_prompts, out["completion_ids"], out["completion_mask"])
@@ -139,14 +145,20 @@ class SDPOTrainer(GRPOTrainer):
         return out
 
 
-def _extra(script, rollouts):
-    rollouts.scenarios_by_id = {s.id: s for s in rollouts.scenarios}
-    return {"rollouts": rollouts, "sdpo": script}
-
-
 def main(argv: list[str] | None = None):
-    return rl_main(argv, trainer_cls=SDPOTrainer, script_cls=SDPOScriptArguments, config_cls=HaggleSDPOConfig,
-                   extra_kwargs=_extra, script_path=__file__)
+    from trl import ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    (script, cfg, model_args), argv = parse(TrlParser((SDPOScriptArguments, HaggleSDPOConfig, ModelConfig)), argv)
+    start = time.perf_counter()
+    game, model, tok, dataset, rollouts, hub = setup(script, cfg, model_args, __file__, DEFAULT_CURVE, DEFAULT_DIR)
+    trainer = SDPOTrainer(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
+                          processing_class=tok, rollout_func=rollouts, peft_config=get_peft_config(model_args),
+                          rollouts=rollouts, sdpo=script)
+    resumed = any(Path(cfg.output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if resumed else None)
+    final = finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, __file__, start, resumed)
+    return trainer, final
 
 
 if __name__ == "__main__":

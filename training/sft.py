@@ -23,13 +23,13 @@ from pathlib import Path
 import torch
 from trl import SFTConfig
 
-from env.market.world import TASKS as MARKET_TASKS
-from env.bargain.players import SELLERS, parse_names
+from env.bargain.players import SELLERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.scenarios import check_budget_factor
-from training.market_rollout import market_defaults
+from training.games import GAMES, check_env, game_for
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
+DEFAULT_DIR = "runs/sft"
 SMOKE_ARGS = ["--games", "16", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "1"]
 
 
@@ -58,18 +58,15 @@ class SFTScriptArguments:
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
                              f"got {self.reasoning_mode!r}")
-        self.seller_names = parse_names(self.sellers, SELLERS, "seller")
         check_budget_factor(self.budget_factor)
-        if self.env not in ("bargain", "market"):
-            raise ValueError(f"--env must be bargain or market, got {self.env!r}")
-        self.task_names = parse_names(self.tasks, MARKET_TASKS, "task")
+        GAMES[check_env(self.env)].check_script(self)
 
 
 @dataclass
 class HaggleSFTConfig(SFTConfig):
     """TRL's SFTConfig with defaults for this task (CPU-friendly: no bf16, no checkpointing)."""
 
-    output_dir: str = field(default="runs/sft")
+    output_dir: str = field(default=DEFAULT_DIR)
     per_device_train_batch_size: int = field(default=16)
     learning_rate: float = field(default=1e-3)
     num_train_epochs: float = field(default=2.0)
@@ -87,44 +84,6 @@ class HaggleSFTConfig(SFTConfig):
     dataloader_drop_last: bool = field(default=False)
 
 
-def expert_dataset(agents, scenarios, games: int, sellers: list[str], max_turns: int):
-    """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the buyer's tokens).
-    Game ``i`` is train product ``i mod len(scenarios)`` with seed ``i`` against seller ``i mod len(sellers)``;
-    with several agents (one per reasoning format) successive rounds of the seller cycle alternate formats."""
-    from datasets import Dataset  # noqa: PLC0415
-
-    from training.rollout import Teacher, play_episodes  # noqa: PLC0415
-
-    agents = agents if isinstance(agents, (list, tuple)) else [agents]
-    ids, masks, rewards = [], [], []
-    for j, seller in enumerate(sellers):
-        for k, agent in enumerate(agents):
-            games_jk = [i for i in range(j, games, len(sellers)) if (i // len(sellers)) % len(agents) == k]
-            episodes = [(scenarios[i % len(scenarios)], i) for i in games_jk]
-            for rec in play_episodes(episodes, Teacher("expert", agent), seller, max_turns):
-                ids.append(rec.prompt_ids + rec.completion_ids)
-                masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
-                rewards.append(rec.reward)
-    return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), rewards
-
-
-def expert_market_dataset(agents, tasks: list[str], games: int):
-    """Market expert games (lab 0) as token streams, exactly as the market rollout engine builds them
-    when the model plays. Game ``i`` is task ``i mod len(tasks)`` with seed ``i`` (below the held-out
-    evaluation seeds); with several agents (reasoning formats) games alternate formats."""
-    from datasets import Dataset  # noqa: PLC0415
-
-    from training.market_rollout import market_rows, play_market_episodes  # noqa: PLC0415
-    from training.rollout import Teacher  # noqa: PLC0415
-
-    agents = agents if isinstance(agents, (list, tuple)) else [agents]
-    episodes = [(task, int(seed)) for task, seed in (r.split() for r in market_rows(tasks, games))]
-    records = play_market_episodes(episodes, [Teacher("expert", agents[i % len(agents)]) for i in range(games)])
-    return (Dataset.from_dict({"input_ids": [r.prompt_ids + r.completion_ids for r in records],
-                               "completion_mask": [[0] * len(r.prompt_ids) + r.env_mask for r in records]}),
-            [r.reward for r in records])
-
-
 def curve_points(log_history: list[dict]) -> list[dict]:
     keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "num_tokens", "epoch", "entropy")
     return [{"step": e["step"], **{k: e[k] for k in keys if k in e}} for e in log_history if "loss" in e]
@@ -133,7 +92,7 @@ def curve_points(log_history: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None):
     from trl import SFTTrainer, TrlParser  # noqa: PLC0415
 
-    from env.bargain.scenarios import ScenarioDataError, get_split  # noqa: PLC0415
+    from env.bargain.scenarios import ScenarioDataError  # noqa: PLC0415
     from training.backends import TransformersBackend  # noqa: PLC0415
     from training.models import load_model, resolve_model_path  # noqa: PLC0415
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
@@ -147,24 +106,20 @@ def main(argv: list[str] | None = None):
         script, cfg = parser.parse_args_and_config(args=argv)
     except ValueError as exc:
         parser.error(str(exc))
-    market_defaults(script, cfg, DEFAULT_CURVE, HaggleSFTConfig.output_dir)
+    try:
+        game = game_for(script)
+    except ScenarioDataError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    game.defaults(cfg, DEFAULT_CURVE, DEFAULT_DIR)
     start = time.perf_counter()
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
     backend = TransformersBackend(model, tok)
     agents = [LLMAgent(backend, mode) for mode in script.modes]
-    if script.env == "market":
-        train = []
-        dataset, rewards = expert_market_dataset(agents, script.task_names, script.games)
-        longest = max(len(x) for x in dataset["input_ids"])
-        if cfg.max_length and longest > cfg.max_length:
-            print(f"note: market games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
-                  f"ones (their later moves carry no loss)", file=sys.stderr)
-    else:
-        try:
-            train = get_split(script.scenarios, "train", script.budget_factor)
-        except ScenarioDataError as exc:
-            raise SystemExit(f"error: {exc}") from None
-        dataset, rewards = expert_dataset(agents, train, script.games, script.seller_names, script.max_turns)
+    dataset, rewards = game.expert_games(agents, script.games)
+    longest = max(len(x) for x in dataset["input_ids"])
+    if cfg.max_length and longest > cfg.max_length:
+        print(f"note: expert games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
+              f"ones (their later moves carry no loss)", file=sys.stderr)
     print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok)
@@ -176,18 +131,8 @@ def main(argv: list[str] | None = None):
     write_lineage(final, resolve_model_path(script.model), "sft")
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
-                  "train_products": len(train), "checkpoint": str(final), "resumed": resume}
-        for derived in ("seller_names", "modes", "task_names"):
-            config["script"].pop(derived, None)
-        if script.env == "market":
-            seeds = {"games": f"game i: task i mod {len(script.task_names)} of {script.task_names}, seed i (below the "
-                              f"held-out evaluation seeds)" + (f", format i mod {len(agents)}" if len(agents) > 1 else ""),
-                     "training_seed": cfg.seed}
-        else:
-            seeds = {"games": f"game i: train product i mod {len(train)}, seed i, seller i mod "
-                              f"{len(script.seller_names)}" + (f", format (i div {len(script.seller_names)}) mod "
-                                                               f"{len(agents)}" if len(agents) > 1 else ""),
-                     "training_seed": cfg.seed}
+                  "train_products": len(game.train), "checkpoint": str(final), "resumed": resume}
+        seeds = {"games": game.expert_seed_rule(len(agents)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),

@@ -18,6 +18,7 @@ from env.bargain.scenarios import Scenario
 
 # Evaluation seeds live far from training seeds (training uses seeds below this).
 EVAL_SEED_BASE = 1_000_000
+SEEDS_PER_PRODUCT = 4  # the paper's 4 rollouts per test product
 Z95 = 1.959964  # normal approximation for the 95% interval of a mean
 
 

@@ -1,0 +1,230 @@
+"""The bilateral negotiation for the training scripts: train-split episodes against the seller
+mix, the expert buyer's games for SFT, per-step statistics, and the buyer x seller evaluation."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from env.bargain.env import EpisodeMetrics
+from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
+from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.scenarios import get_split, resolve_source
+from training.backends import SamplingConfig
+from training.games.base import build_agent, label, name_path
+from training.provenance import provenance, write_json, write_jsonl
+
+
+@dataclass(frozen=True)
+class BargainEpisode:
+    """One training episode: train product ``product`` (an index into the train split), ``seed``."""
+
+    product: int
+    seed: int
+
+
+class BargainGame:
+    """The buyer is trained; the seller is a persona of the mix (``seed mod len(sellers)``) or a
+    frozen model."""
+
+    name = "bargain"
+    role = "buyer"
+    hindsight = True  # SDPO's feedback is written for this game's buyer
+    publishable = True  # --push_to_hub publishes this game's buyer
+    out = "artifacts/eval_scripted.json"
+    transcripts = "artifacts/transcripts/eval_scripted.jsonl"
+
+    def __init__(self, script):
+        self.script = script
+        self.train = get_split(script.scenarios, "train", script.budget_factor)
+
+    @staticmethod
+    def check_script(script) -> None:
+        """What a training script's arguments must hold for this game (raises ValueError)."""
+        script.seller_names = parse_names(script.sellers, SELLERS, "seller")
+
+    def defaults(self, cfg, default_curve: str, default_dir: str) -> None:
+        """The bilateral game keeps the scripts' default curve and checkpoint folder."""
+
+    # ------------------------------------------------------------------ training
+    def rows(self, n: int) -> list[BargainEpisode]:
+        """Row i plays train product ``i mod len(train)`` with seed i."""
+        return [BargainEpisode(i % len(self.train), i) for i in range(n)]
+
+    def seed_rule(self, what: str = "rows") -> str:
+        return (f"{what[:-1]} i: train product i mod {len(self.train)}, seed i; seller persona seed mod "
+                f"{len(self.script.seller_names)}")
+
+    def play(self, agent, episodes: list[BargainEpisode], opponent=None) -> list:
+        """Whole episodes with ``agent`` as the buyer against the persona mix (or ``opponent``)."""
+        from training.rollout import play_episodes  # noqa: PLC0415
+
+        names = self.script.seller_names
+        sellers = [opponent or names[e.seed % len(names)] for e in episodes]
+        return play_episodes([(self.train[e.product], e.seed) for e in episodes], agent, sellers,
+                             self.script.max_turns)
+
+    @staticmethod
+    def step_stats(records) -> dict:
+        """What a GRPO step logs beyond the reward spread (the paper's phases show in these)."""
+        firsts = [r.metrics["first_offer_ratio"] for r in records if r.metrics["first_offer_ratio"] is not None]
+        return {"deal_rate": statistics.fmean(r.metrics["deal"] for r in records),
+                "first_offer_ratio": statistics.fmean(firsts) if firsts else None,
+                "turns_mean": statistics.fmean(r.metrics["turns"] for r in records),
+                "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
+                "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records)}
+
+    def expert_games(self, agents, games: int):
+        """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the buyer's
+        tokens). Game ``i`` is train product ``i mod len(train)`` with seed ``i`` against seller
+        ``i mod len(sellers)``; with several agents (one per reasoning format) successive rounds of
+        the seller cycle alternate formats."""
+        from datasets import Dataset  # noqa: PLC0415
+
+        from training.rollout import Teacher, play_episodes  # noqa: PLC0415
+
+        sellers, scenarios = self.script.seller_names, self.train
+        ids, masks, rewards = [], [], []
+        for j, seller in enumerate(sellers):
+            for k, agent in enumerate(agents):
+                games_jk = [i for i in range(j, games, len(sellers)) if (i // len(sellers)) % len(agents) == k]
+                episodes = [(scenarios[i % len(scenarios)], i) for i in games_jk]
+                for rec in play_episodes(episodes, Teacher("expert", agent), seller, self.script.max_turns):
+                    ids.append(rec.prompt_ids + rec.completion_ids)
+                    masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
+                    rewards.append(rec.reward)
+        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), rewards
+
+    def expert_seed_rule(self, agents: int) -> str:
+        n = len(self.script.seller_names)
+        return (f"game i: train product i mod {len(self.train)}, seed i, seller i mod {n}"
+                + (f", format (i div {n}) mod {agents}" if agents > 1 else ""))
+
+    # ------------------------------------------------------------------ evaluation
+    @staticmethod
+    def check_eval(config) -> None:
+        """Parse the bilateral options of an ``EvalConfig`` (buyers, sellers, model players)."""
+        if config.split not in ("test", "train", "all"):
+            raise ValueError(f"--split must be test, train or all, got {config.split!r}")
+        if config.seeds < 1:
+            raise ValueError(f"--seeds must be at least 1, got {config.seeds}")
+        if config.limit < 0:
+            raise ValueError(f"--limit must be 0 (all) or positive, got {config.limit}")
+        if config.max_turns < 1:
+            raise ValueError(f"--max_turns must be at least 1, got {config.max_turns}")
+        config.model_buyers = {}
+        for item in (x.strip() for x in config.buyer_models.split(",") if x.strip()):
+            name, path = name_path(item, "--buyer_models", BUYERS)
+            config.model_buyers[name] = path
+        if config.buyer_model:
+            config.model_buyers = {config.buyer_name or label(config.buyer_model): config.buyer_model}
+            scripted = []
+        else:
+            scripted = [] if config.buyers == "none" else parse_names(config.buyers, BUYERS, "buyer")
+        config.model_modes = {}
+        for item in (x.strip() for x in config.buyer_modes.split(",") if x.strip()):
+            name, _, mode = (x.strip() for x in item.partition("="))
+            if name not in config.model_buyers:
+                raise ValueError(f"--buyer_modes names a buyer that is not a model buyer: {name!r}")
+            if mode not in REASONING_MODES:
+                raise ValueError(f"--buyer_modes: {name} must be one of {REASONING_MODES}, got {mode!r}")
+            config.model_modes[name] = mode
+        config.buyer_names = scripted + list(config.model_buyers)
+        if not config.buyer_names:
+            raise ValueError("no buyers to evaluate")
+        config.seller_names = ([config.seller_name or label(config.seller_model)] if config.seller_model
+                               else parse_names(config.sellers, SELLERS, "seller"))
+
+    @staticmethod
+    def evaluate(config, sampling: SamplingConfig, command: str | None = None) -> dict:
+        """Every buyer x seller cell on the split's products x seeds, plus a ``mix`` row per buyer."""
+        from tqdm.auto import tqdm  # noqa: PLC0415
+
+        from training.evaluate import target_checks  # noqa: PLC0415
+
+        start = time.perf_counter()
+        buyer_agents = {name: build_agent(path, config, sampling, config.model_modes.get(name, ""))
+                        for name, path in config.model_buyers.items()}
+        modes = {b: config.model_modes.get(b, config.reasoning_mode) for b in config.buyer_names}
+        seller_agent = build_agent(config.seller_model, config, sampling) if config.seller_model else None
+        dataset = resolve_source(config.scenarios)
+        scenarios = get_split(dataset, config.split, config.budget_factor)
+        if config.limit:
+            scenarios = scenarios[: config.limit]
+        cells, rows, transcripts = {}, [], []
+        total = len(config.buyer_names) * len(config.seller_names) * len(scenarios)
+        with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
+            for b in config.buyer_names:
+                for s in config.seller_names:
+                    if b in buyer_agents or seller_agent:
+                        metrics, kept = _model_cell(scenarios, buyer_agents.get(b, b), seller_agent or s, config,
+                                                    on_product=lambda: bar.update(1))
+                    else:
+                        metrics, kept = play_cell(
+                            scenarios, lambda: make_player("buyer", b, config.reasoning_mode),
+                            lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
+                            config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
+                    cells[(b, s)] = metrics
+                    rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset,
+                                              reasoning_mode=modes[b]))
+                    transcripts.extend({"buyer": b, "seller": s, **t} for t in kept)
+        if len(config.seller_names) > 1:
+            rows.extend({**r, "reasoning_mode": modes[r["buyer"]]} for r in mix_rows(cells, config.split, dataset))
+        cfg = _recorded(config, ("tasks", "policies", "episodes", "models"))
+        if buyer_agents or seller_agent:
+            cfg["sampling"] = asdict(sampling)
+        cfg["dataset"] = dataset
+        cfg["products"] = len(scenarios)
+        seeds = {"base": config.seed_base, "per_product": config.seeds,
+                 "rule": "seed = base + product_index * per_product + k"}
+        artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+        if (checks := target_checks(rows)) is not None:
+            artifact["targets"] = checks
+        if config.out:
+            write_json(config.out, artifact)
+        if config.transcripts and transcripts:
+            write_jsonl(config.transcripts, transcripts)
+        return artifact
+
+    @staticmethod
+    def table(artifact: dict) -> str:
+        rows = artifact["rows"]
+        text = format_table(rows)
+        mix = [r for r in rows if r["seller"] == "mix"]
+        if mix:
+            best = max(mix, key=lambda r: r["reward_mean"])
+            text += f"\n\nbest buyer against the seller mix: {best['buyer']} ({best['reward_mean']:+.3f})"
+        return text
+
+
+def _recorded(config, other_game: tuple[str, ...]) -> dict:
+    """The config as the artifact records it: this game's options (the same keys as before the
+    games shared one config), without the progress flag or the derived lists."""
+    derived = ("progress", "env", "model_buyers", "model_modes", "buyer_names", "seller_names", "task_names",
+               "policy_names", "model_paths")
+    return {k: v for k, v in asdict(config).items() if k not in derived and k not in other_game}
+
+
+def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[EpisodeMetrics], list[dict]]:
+    """A cell with a model player: the same (product, seed) episodes, through the rollout engine."""
+    from training.rollout import play_episodes  # noqa: PLC0415
+
+    episodes = [(sc, episode_seed(i, k, config.seeds, config.seed_base))
+                for i, sc in enumerate(scenarios) for k in range(config.seeds)]
+    metrics, kept = [], []
+    for start in range(0, len(episodes), config.batch_size):
+        batch = episodes[start: start + config.batch_size]
+        done = 0
+
+        def tick(_i):
+            nonlocal done
+            done += 1
+            if done % config.seeds == 0:
+                on_product()
+        records = play_episodes(batch, buyer, seller, config.max_turns, on_done=tick)
+        metrics += [EpisodeMetrics(**r.metrics) for r in records]
+        kept += [r.transcript for r in records][: max(0, config.transcripts_per_cell - len(kept))]
+    return metrics, kept

@@ -1,0 +1,52 @@
+"""What the game adapters share: model players by name, and ``name=path`` options."""
+
+from __future__ import annotations
+
+from training.backends import SamplingConfig
+
+
+def name_path(item: str, flag: str, taken) -> tuple[str, str]:
+    """``name=path`` -> (name, path), refusing a malformed pair or a name a scripted player has."""
+    name, sep, path = item.partition("=")
+    name, path = name.strip(), path.strip()
+    if not sep or not name or not path:
+        raise ValueError(f"{flag} takes name=path pairs, got {item!r}")
+    if name in taken:
+        raise ValueError(f"model name {name!r} is taken by a scripted player")
+    return name, path
+
+
+def label(model: str) -> str:
+    """A row label for a model given by path or id: its last path component."""
+    return model.rstrip("/").rsplit("/", 1)[-1] or model
+
+
+def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: str = ""):
+    """An ``LLMAgent`` for a model name, on the backend ``config`` names (``base_url``, ``backend``,
+    ``device``), in ``config.reasoning_mode`` unless ``reasoning_mode`` is given."""
+    from training.backends import OpenAIChatBackend, TransformersBackend, VLLMBackend  # noqa: PLC0415
+    from training.models import load_model, resolve_model_path  # noqa: PLC0415
+    from training.rollout import LLMAgent  # noqa: PLC0415
+
+    if config.base_url:
+        backend = OpenAIChatBackend(model, config.base_url, config.api_key_env, sampling)
+    elif config.backend == "vllm":
+        from transformers import AutoTokenizer  # noqa: PLC0415
+        path = resolve_model_path(model)
+        backend = VLLMBackend(path, AutoTokenizer.from_pretrained(path), sampling)
+    else:
+        m, tok = load_model(model, device=config.device or None)
+        backend = TransformersBackend(m, tok, sampling)
+    return LLMAgent(backend, reasoning_mode or config.reasoning_mode, name=label(model))
+
+
+def reward_stats(records, num_generations: int, step: int) -> dict:
+    """Reward spread of one GRPO step's episodes, and the share of groups with no spread at all."""
+    import statistics  # noqa: PLC0415
+
+    rewards = [r.reward for r in records]
+    groups = [rewards[i: i + num_generations] for i in range(0, len(rewards), num_generations)]
+    return {"step": step, "episodes": len(records),
+            "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+            "reward_min": min(rewards), "reward_max": max(rewards),
+            "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups)}

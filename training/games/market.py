@@ -1,0 +1,162 @@
+"""The GPU market for the training scripts: the policy in lab 0 of ``(task, seed)`` episodes below
+the held-out seeds, the market expert's games for SFT, per-step statistics, and the policy x task
+evaluation over held-out seeds."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from env.bargain.players import parse_names
+from env.bargain.protocol import REASONING_MODES
+from env.market.evaluation import MARKET_EVAL_SEED_BASE, format_market_table
+from env.market.world import TASKS
+from training.backends import SamplingConfig
+from training.games.base import build_agent, name_path
+from training.provenance import provenance, write_json, write_jsonl
+
+
+@dataclass(frozen=True)
+class MarketEpisode:
+    """One training episode: ``task`` with ``seed`` (below ``MARKET_EVAL_SEED_BASE``)."""
+
+    task: str
+    seed: int
+
+
+class MarketGame:
+    """The policy plays lab 0; the other labs are the world's scripted archetypes."""
+
+    name = "market"
+    role = "lab0"
+    hindsight = False
+    publishable = False
+    out = "artifacts/eval_market.json"
+    transcripts = "artifacts/transcripts/eval_market.jsonl"
+
+    def __init__(self, script):
+        self.script = script
+        self.train = []  # no products: a market episode is a task and a seed
+
+    @staticmethod
+    def check_script(script) -> None:
+        script.task_names = parse_names(script.tasks, TASKS, "task")
+        if getattr(script, "seller_model", ""):
+            raise ValueError("--seller_model is for the bilateral game; market counterparts are scripted")
+
+    def defaults(self, cfg, default_curve: str, default_dir: str) -> None:
+        """A market run writes its own curve and checkpoints unless told otherwise (a bilateral run's
+        checkpoints in the default folder must never be resumed as a market run's)."""
+        script = self.script
+        stem = Path(default_curve).stem.replace("_training_curve", "")
+        if script.curve == default_curve:
+            script.curve = str(Path(default_curve).with_name(f"{stem}_market_training_curve.json"))
+        if cfg.output_dir == default_dir:
+            cfg.output_dir = f"{default_dir}-market"
+
+    # ------------------------------------------------------------------ training
+    def rows(self, n: int) -> list[MarketEpisode]:
+        """Row i plays task ``i mod len(tasks)`` with seed i, always below the evaluation seeds."""
+        if n > MARKET_EVAL_SEED_BASE:
+            raise ValueError(f"{n} training rows would reach the held-out evaluation seeds ({MARKET_EVAL_SEED_BASE}+)")
+        tasks = self.script.task_names
+        return [MarketEpisode(tasks[i % len(tasks)], i) for i in range(n)]
+
+    def seed_rule(self, what: str = "rows") -> str:
+        tasks = self.script.task_names
+        return f"{what[:-1]} i: task i mod {len(tasks)} of {tasks}, seed i (below the held-out evaluation seeds)"
+
+    def play(self, agent, episodes: list[MarketEpisode], opponent=None) -> list:
+        from training.market_rollout import play_market_episodes  # noqa: PLC0415
+
+        return play_market_episodes([(e.task, e.seed) for e in episodes], agent, name="policy")
+
+    @staticmethod
+    def step_stats(records) -> dict:
+        outs = [r.metrics for r in records]
+        return {"deal_rate": statistics.fmean(o["deals"] > 0 for o in outs),
+                "job_completion_rate": sum(o["jobs_completed"] for o in outs) / max(1, sum(o["jobs"] for o in outs)),
+                "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
+                "actions_mean": statistics.fmean(o["actions"] for o in outs)}
+
+    def expert_games(self, agents, games: int):
+        """Market expert games (lab 0) as token streams, exactly as the market rollout engine builds
+        them when the model plays. Game ``i`` is task ``i mod len(tasks)`` with seed ``i``; with
+        several agents (reasoning formats) games alternate formats."""
+        from datasets import Dataset  # noqa: PLC0415
+
+        from training.market_rollout import play_market_episodes  # noqa: PLC0415
+        from training.rollout import Teacher  # noqa: PLC0415
+
+        episodes = [(e.task, e.seed) for e in self.rows(games)]
+        records = play_market_episodes(episodes, [Teacher("expert", agents[i % len(agents)]) for i in range(games)])
+        return (Dataset.from_dict({"input_ids": [r.prompt_ids + r.completion_ids for r in records],
+                                   "completion_mask": [[0] * len(r.prompt_ids) + r.env_mask for r in records]}),
+                [r.reward for r in records])
+
+    def expert_seed_rule(self, agents: int) -> str:
+        return self.seed_rule("games") + (f", format i mod {agents}" if agents > 1 else "")
+
+    # ------------------------------------------------------------------ evaluation
+    @staticmethod
+    def check_eval(config) -> None:
+        from env.market import POLICIES  # noqa: PLC0415
+
+        config.task_names = parse_names(config.tasks, TASKS, "task")
+        config.policy_names = [] if config.policies == "none" else parse_names(config.policies, POLICIES, "policy")
+        config.model_paths = dict(name_path(x.strip(), "--models", POLICIES)
+                                  for x in config.models.split(",") if x.strip())
+        if not config.policy_names and not config.model_paths:
+            raise ValueError("nothing to evaluate: give --policies or --models")
+        if config.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
+        if config.episodes < 2:
+            raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {config.episodes}")
+
+    @staticmethod
+    def evaluate(config, sampling: SamplingConfig, command: str | None = None) -> dict:
+        """Every task x policy over held-out seeds (+ one judged game per task)."""
+        from tqdm.auto import tqdm  # noqa: PLC0415
+
+        from env.market.evaluation import evaluate, summarize, transcript  # noqa: PLC0415
+        from env.market.players import make_policy  # noqa: PLC0415
+        from training.market_rollout import play_market_episodes  # noqa: PLC0415
+
+        start = time.perf_counter()
+        total = len(config.task_names) * (len(config.policy_names) + len(config.model_paths)) * config.episodes
+        with tqdm(total=total, desc="market", unit="episode", disable=not config.progress, file=sys.stderr) as bar:
+            rows, judged = evaluate(config.task_names, {p: (lambda p=p: make_policy(p)) for p in config.policy_names},
+                                    config.episodes, config.seed_base, on_episode=lambda: bar.update(1))
+            for name, path in config.model_paths.items():
+                agent = build_agent(path, config, sampling)
+                agent.name = name
+                for task in config.task_names:
+                    envs = []
+                    for lo in range(0, config.episodes, config.batch_size):
+                        batch = [(task, config.seed_base + k) for k in range(lo, min(lo + config.batch_size,
+                                                                                      config.episodes))]
+                        envs += [r.env for r in play_market_episodes(batch, agent, name=name,
+                                                                     on_done=lambda _i: bar.update(1))]
+                    rows.append(summarize(task, name, envs))
+                    judged.setdefault(task, (name, envs[0]))
+        derived = ("progress", "task_names", "policy_names", "model_paths")
+        bargain_only = ("scenarios", "split", "budget_factor", "buyers", "sellers", "seeds", "limit", "max_turns",
+                        "transcripts_per_cell", "buyer_model", "buyer_name", "buyer_models", "buyer_modes",
+                        "seller_model", "seller_name")
+        cfg = {k: v for k, v in asdict(config).items() if k not in derived and k not in bargain_only}
+        if config.model_paths:
+            cfg["sampling"] = asdict(sampling)
+        seeds = {"base": config.seed_base, "episodes": config.episodes, "rule": "episode k of every cell: seed base + k"}
+        artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+        if config.out:
+            write_json(config.out, artifact)
+        if config.transcripts and judged:
+            write_jsonl(config.transcripts, [transcript(env, policy) for policy, env in judged.values()])
+        return artifact
+
+    @staticmethod
+    def table(artifact: dict) -> str:
+        return format_market_table(artifact["rows"])
