@@ -124,7 +124,7 @@ class BargainEnvironment(InlineSteps, Environment[BargainAction, BargainObservat
     def step(self, action: BargainAction, timeout_s: Optional[float] = None, **_: Any) -> BargainObservation:
         if self.match is None:
             raise EpisodeNotStarted("no episode in this session: reset first")
-        if self.match.done:
+        if self.match.env.done:
             raise EpisodeNotStarted("the episode is over: reset to start another")
         result = self.match.step(action.text(self.mode))
         self.last_error = result.info.get("error")

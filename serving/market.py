@@ -90,7 +90,7 @@ class MarketEnvironment(InlineSteps, Environment[MarketAction, MarketObservation
     def step(self, action: MarketAction, timeout_s: Optional[float] = None, **_: Any) -> MarketObservation:
         if self.match is None:
             raise EpisodeNotStarted("no episode in this session: reset first")
-        if self.match.done:
+        if self.match.env.done:
             raise EpisodeNotStarted("the episode is over: reset to start another")
         result = self.match.step(action.reply if action.reply is not None else action.move)
         self._steps += 1
@@ -114,7 +114,7 @@ class MarketEnvironment(InlineSteps, Environment[MarketAction, MarketObservation
     def state(self) -> MarketState:
         if self.match is None:
             return MarketState(**self._info, step_count=0)
-        return MarketState(**self._info, step_count=self._steps, round=self.match.env.round, done=self.match.done,
+        return MarketState(**self._info, step_count=self._steps, round=self.match.env.round, done=self.match.env.done,
                            total_reward=self._total)
 
     def get_metadata(self) -> EnvironmentMetadata:

@@ -70,14 +70,6 @@ class Game:
         return self.match.env
 
     @property
-    def scenario(self) -> Scenario:
-        return self.match.scenario
-
-    @property
-    def seed(self) -> int:
-        return self.match.seed
-
-    @property
     def human(self) -> str | None:
         return self.match.outside_role()
 
@@ -172,10 +164,10 @@ def human_reply(role: str, their_offer: float | None, action: str, price, talk: 
 # ---------------------------------------------------------------------- views
 def view(game: Game) -> dict:
     """The game as its viewer may see it, JSON-ready (see the module docstring)."""
-    env, s, human = game.env, game.scenario, game.human
+    env, s, human = game.env, game.match.scenario, game.human
     full = human is None or env.done
     state = {
-        "session_id": game.id, "product": game.product, "seed": game.seed, "reasoning_mode": game.mode,
+        "session_id": game.id, "product": game.product, "seed": game.match.seed, "reasoning_mode": game.mode,
         "buyer": game.names[BUYER], "seller": game.names[SELLER], "you": human,
         "title": s.title, "category": s.category, "description": s.description, "list_price": s.list_price,
         "turn": min(env.turn, env.max_turns), "max_turns": env.max_turns, "done": env.done,

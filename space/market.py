@@ -51,14 +51,6 @@ class MarketGame:
         return self.match.env
 
     @property
-    def task(self) -> str:
-        return self.match.task
-
-    @property
-    def seed(self) -> int:
-        return self.match.seed
-
-    @property
     def human(self) -> bool:
         return self.match.players[0] is None
 
@@ -144,7 +136,7 @@ def view(game: MarketGame) -> dict:
     env, w = game.env, game.env.world
     full = not game.human or env.done
     state = {
-        "session_id": game.id, "task": game.task, "seed": game.seed, "policy": game.policy,
+        "session_id": game.id, "task": game.match.task, "seed": game.match.seed, "policy": game.policy,
         "counterparts": game.counterparts, "you": "lab0" if game.human else None,
         "round": min(env.round, w.task.rounds - 1) + 1, "rounds": w.task.rounds, "labs": env.labs,
         "done": env.done, "to_move": None if env.done else f"lab{env.to_move}",

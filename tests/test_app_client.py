@@ -124,6 +124,7 @@ def test_two_interleaved_sessions_do_not_interfere(url):
     assert sb["done"] and not a.predict(session_id=sa["session_id"], api_name="/game_state")["done"]
 
 
+@pytest.mark.slow
 def test_load_50_concurrent_sessions(url):
     """50 API clients play whole games at once on loopback: no errors, and every transcript equals
     the same game played alone in-process."""
@@ -180,6 +181,7 @@ def test_market_games_through_the_api_equal_the_same_games_in_process(client):
     assert client.predict(api_name="/market_schema")["schema"]["oneOf"]
 
 
+@pytest.mark.slow
 def test_concurrent_market_sessions_do_not_interfere(url):
     jobs = [("market_round", 300 + i) for i in range(12)]
 

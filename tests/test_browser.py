@@ -16,7 +16,8 @@ import pytest
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt install chromium)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt install chromium)")]
 
 SHOTS = Path(__file__).resolve().parent.parent / "assets" / "screenshots"
 TABS = {"At a glance": 0, "Play": 0, "GPU market": 2, "Evaluation": 3, "Training": 4, "Before vs after": 0, "Environment": 0,
@@ -45,7 +46,7 @@ def visible_plots(page) -> int:
 
 def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
-    page.wait_for_timeout(300)
+    page.get_by_role("tab", name=name, selected=True).wait_for(timeout=30_000)
 
 
 def shot(page, name: str) -> None:
@@ -157,8 +158,10 @@ def test_a_market_game_by_the_expert_and_by_a_person(page):
         action = '{"action": "buy_spot", "hours": 10}' if k == 0 else '{"action": "finish"}'
         page.locator("#market-action textarea").fill(action)
         page.locator("#market-action textarea").press("Tab")
+        before = page.locator("#market-card").inner_text()
         page.locator("#market-send").click()
-        page.wait_for_timeout(400)
+        page.wait_for_function("""([before]) => document.querySelector('#market-card').innerText !== before
+            || document.querySelector('#market-outcome').innerText.trim() !== ''""", arg=[before], timeout=30_000)
     page.locator("#market-outcome").get_by_text("reward").wait_for(timeout=30_000)
     text = rounds.inner_text()
     assert "buy_spot" in text and "Outcome (every lab)" in text

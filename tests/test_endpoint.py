@@ -91,6 +91,7 @@ def test_endpoint_failure_is_an_error_not_a_move(tmp_path):
         evaluate.run(cfg, sampling=evaluate.SamplingConfig(max_new_tokens=8))
 
 
+@pytest.mark.slow
 def test_model_players_from_the_command_line(tiny_dir, tmp_path):
     env = {**os.environ, "HAGGLE_TINY_DIR": str(tiny_dir)}
     out = tmp_path / "base.json"

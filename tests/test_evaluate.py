@@ -59,6 +59,7 @@ def test_bad_configuration_is_a_clear_error():
         evaluate.EvalConfig(split="dev")
 
 
+@pytest.mark.slow
 def test_cli_runs_from_the_repo_root_without_path_edits(tmp_path):
     out = tmp_path / "cli.json"
     proc = subprocess.run([sys.executable, "training/evaluate.py", "--scenarios", "builtin", "--buyers", "expert",
@@ -75,17 +76,7 @@ def test_cli_runs_from_the_repo_root_without_path_edits(tmp_path):
 SHIPPED = ROOT / "artifacts" / "eval_scripted.json"
 
 
-def test_shipped_eval_artifact_claims():
-    art = json.loads(SHIPPED.read_text())
-    assert PROVENANCE_KEYS <= set(art["provenance"])
-    rows = art["rows"]
-    assert all(ROW_KEYS <= set(r) for r in rows)
-    mix = {r["buyer"]: r["reward_mean"] for r in rows if r["seller"] == "mix"}
-    assert max(mix, key=mix.get) == "expert", mix
-    assert all(r["overshoot_rate"] == 0 for r in rows), "no scripted buyer overshoots its budget"
-    assert all(r["split"] == "test" for r in rows)
-
-
+@pytest.mark.slow
 def test_shipped_eval_artifact_reproduces_from_its_recorded_config(tmp_path):
     art = json.loads(SHIPPED.read_text())
     cfg = dict(art["provenance"]["config"])
@@ -95,14 +86,12 @@ def test_shipped_eval_artifact_reproduces_from_its_recorded_config(tmp_path):
     cfg.update(scenarios=art["provenance"]["config"]["dataset"], out="", transcripts="", progress=False)
     again = evaluate.run(evaluate.EvalConfig(**cfg))
     assert json.loads(json.dumps(again["rows"])) == art["rows"]
-
-
-def test_shipped_benchmark_artifact():
-    art = json.loads((ROOT / "artifacts" / "benchmarks" / "env.json").read_text())
-    assert PROVENANCE_KEYS <= set(art["provenance"])
-    res = art["results"]
-    assert {"bargain_simple", "bargain_expert_mix"} <= set(res["episodes_per_s"])
-    assert any(k.startswith("textarena") for k in res["episodes_per_s"])
+    # what the artifact claims, on the rows the code just wrote
+    assert PROVENANCE_KEYS <= set(again["provenance"]) and all(ROW_KEYS <= set(r) for r in again["rows"])
+    mix = {r["buyer"]: r["reward_mean"] for r in again["rows"] if r["seller"] == "mix"}
+    assert max(mix, key=mix.get) == "expert", mix
+    assert all(r["overshoot_rate"] == 0 for r in again["rows"]), "no scripted buyer overshoots its budget"
+    assert all(r["split"] == "test" for r in again["rows"])
 
 
 def test_benchmark_script_runs(tmp_path):
@@ -114,6 +103,9 @@ def test_benchmark_script_runs(tmp_path):
     art = env_speed.run(episodes=20, repeats=1, out=str(tmp_path / "env.json"))
     games = art["results"]["games"]
     assert games["bargain_simple"]["steps"] == 20 * 12  # constant players always reach the turn limit
+    assert PROVENANCE_KEYS <= set(art["provenance"])
+    assert {"bargain_simple", "bargain_expert_mix"} <= set(art["results"]["episodes_per_s"])
+    assert any(k.startswith("textarena") for k in art["results"]["episodes_per_s"])
     assert (tmp_path / "env.json").exists()
 
 

@@ -41,6 +41,7 @@ def _safetensors_dtypes(data: bytes) -> dict[str, str]:
     return {k: v["dtype"] for k, v in header.items() if k != "__metadata__"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("token, message", [(None, "no Hugging Face token"), ("hf_wrong", "rejected the token")])
 def test_missing_or_rejected_token_fails_before_training(tmp_path, tiny_dir, token, message):
     with FakeHub(TOKEN) as fake:

@@ -39,6 +39,7 @@ def play_checked(task: str, seed: int, policy: MarketPlayer, on_step=None, befor
 
 
 # ---------------------------------------------------------------------- invariants
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_money_and_gpu_hours_are_conserved_at_every_step_over_1000_episodes(task):
     def check(env, lab, action, result):
@@ -137,6 +138,7 @@ def trade_gain_now(env: MarketEnv, lab: int, action: dict) -> float | None:
                             -round(share * lot.price / lot.hours, 2), me.money)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_counterparts_never_accept_a_trade_or_commitment_that_lowers_their_utility(task):
     """Every accept and commit of a scripted lab, whatever it faces, raises its true utility."""
@@ -164,6 +166,7 @@ def paired(task: str, a: str, b: str, seeds: range) -> tuple[float, float]:
     return statistics.mean(diffs), 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_the_expert_beats_every_baseline_on_every_task(task):
     for name in BASELINES:
@@ -203,6 +206,7 @@ class Parametric(MarketPlayer):
         return View(obs).allocation() or {"action": "wait"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_exploit_search_finds_nothing_that_beats_the_expert(task):
     """Every exploit policy, and a grid of parametric traders, against the rule expert on the same
@@ -433,6 +437,7 @@ def test_random_valid_is_seeded_by_the_episode():
 
 
 # ---------------------------------------------------------------------- evaluation and artifacts
+@pytest.mark.slow
 def test_market_evaluation_cli_writes_the_contract(tmp_path):
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415

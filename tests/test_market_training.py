@@ -67,6 +67,7 @@ def test_teacher_games_are_the_experts_games_token_for_token(tiny, mode):
             assert isinstance(parse_action(t.text), dict), t.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["option_a", "option_b"])
 def test_an_untrained_model_plays_every_task_end_to_end(tiny, mode):
     agent = _agent(tiny, mode)
@@ -80,6 +81,7 @@ def test_an_untrained_model_plays_every_task_end_to_end(tiny, mode):
         assert out["invalid"] <= out["actions"] and out["terms"]["invalid"] == -2.0 * out["invalid"]
 
 
+@pytest.mark.slow
 def test_engine_matches_one_episode_at_a_time(tiny):
     agent = _agent(tiny, temperature=0.0)
     eps = [("single_trade", 70 + k) for k in range(4)]
@@ -128,6 +130,7 @@ def test_market_training_rows_and_defaults_stay_apart_from_evaluation_and_the_bi
     assert script.curve == "mine.json" and cfg.output_dir == "runs/x"
 
 
+@pytest.mark.slow
 def test_sft_then_grpo_train_on_the_market(tiny_dir, tmp_path):
     _, sft_final = sft.main(["--smoke", "--env", "market", "--tasks", "single_trade", "--model", str(tiny_dir),
                              "--output_dir", str(tmp_path / "sft"), "--curve", str(tmp_path / "sft.json")])

@@ -97,6 +97,7 @@ def test_teacher_writes_in_the_models_reasoning_format(tiny, mode):
         assert trained.count("<think>") == (len(replies) if mode == "option_b" else 0)
 
 
+@pytest.mark.slow
 def test_engine_matches_one_episode_at_a_time(tiny):
     agent = _agent(tiny, "option_a", temperature=0.0)
     eps = _episodes(5, offset=7)

@@ -199,6 +199,7 @@ def test_websocket_errors_keep_the_session(url):
     asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_session_cap_and_idle_timeout(small):
     async def run():
         from websockets.asyncio.client import connect
@@ -261,6 +262,7 @@ def test_tool_methods_have_google_docstrings():
     assert get_json_schema(HaggleToolEnv.offer)["function"]["parameters"]["properties"]["price"]["type"] == "number"
 
 
+@pytest.mark.slow
 def test_grpo_runs_through_environment_factory_against_the_server(url, tiny_dir, tmp_path):
     """A few GRPO steps of TRL's tool-calling trainer on the tiny model, every rollout's environment
     a session on the served environment, every episode a train-split product."""
@@ -390,6 +392,7 @@ def test_60_concurrent_market_sessions_do_not_interfere(market_url):
         assert served == market_inprocess(task, seed), f"{task}/{seed} differs from in-process"
 
 
+@pytest.mark.slow
 def test_serving_benchmark_runs_and_its_servers_play_the_in_process_games(tmp_path):
     """The benchmark script end to end on a small load: its bargain, replay and market servers
     each end every episode as the same seed ends in-process, and it writes the contract keys."""

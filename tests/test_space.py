@@ -35,7 +35,7 @@ def test_person_as_buyer_sees_only_their_side_until_the_end():
     store = GameStore()
     state = store.start(buyer=HUMAN, seller="begging", seed=11)
     game = store.get(state["session_id"])
-    cost = f"{game.scenario.cost:,.2f}"
+    cost = f"{game.match.scenario.cost:,.2f}"
     while not state["done"]:
         dump = json.dumps(state)
         assert "cost" not in state and "interest" not in state
@@ -45,14 +45,14 @@ def test_person_as_buyer_sees_only_their_side_until_the_end():
                 assert turn["thought"] not in dump, "the seller's private reasoning reached the buyer"
         assert not any(m.get("metadata") for m in state["messages"])
         state = store.reply(state["session_id"], "offer", round(state["budget"] * 0.75, 2), "hello")
-    assert state["cost"] == game.scenario.cost and "explanation" in state["outcome"]
+    assert state["cost"] == game.match.scenario.cost and "explanation" in state["outcome"]
     assert any(m.get("metadata") for m in state["messages"]), "the whole game, reasoning included, is shown at the end"
 
 
 def test_person_as_seller_never_sees_the_budget_while_playing():
     store = GameStore()
     state = store.start(buyer="expert", seller=HUMAN, seed=3, product=5)
-    budget = f"{store.get(state['session_id']).scenario.budget:,.2f}"
+    budget = f"{store.get(state['session_id']).match.scenario.budget:,.2f}"
     assert state["to_move"] == SELLER and state["messages"], "the agent buyer opens before the person answers"
     while not state["done"]:
         assert "budget" not in state and budget not in json.dumps(state)

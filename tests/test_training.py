@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -16,6 +18,7 @@ RL_KEYS = {"step", "reward_mean", "reward_std", "reward_min", "reward_max", "dea
            "turns_mean", "format_error_rate", "frac_reward_zero_std"}
 
 
+@pytest.mark.slow
 def test_sft_resumes_from_its_last_checkpoint(tiny_dir, tmp_path):
     out = tmp_path / "sft"
     _, final = sft.main(["--smoke", "--model", str(tiny_dir), "--output_dir", str(out),
@@ -30,6 +33,7 @@ def test_sft_resumes_from_its_last_checkpoint(tiny_dir, tmp_path):
     assert [p["step"] for p in again["points"]][-1] == 3
 
 
+@pytest.mark.slow
 def test_smoke_pipeline_writes_every_artifact(tmp_path):
     """tiny model -> SFT -> GRPO -> SDPO -> evaluation, at smoke size, through the one command."""
     proc = subprocess.run([sys.executable, "training/pipeline.py", "--smoke", "--workdir", str(tmp_path)],

@@ -41,7 +41,9 @@ from env.bargain.protocol import REASONING_MODES
 from env.bargain.scenarios import ScenarioDataError, check_budget_factor
 from env.market.world import TASKS as MARKET_TASKS
 from training.backends import SamplingConfig
+from training.cli import parse
 from training.games import GAMES, check_env
+from training.games.bargain import target_checks
 from training.provenance import provenance, write_json
 
 
@@ -111,35 +113,6 @@ def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig
     return GAMES[config.env].evaluate(config, sampling or SamplingConfig(), command)
 
 
-SCRIPTED_BASELINES = ("always_accept", "split_difference", "lowballer", "offer_budget", "random_valid")
-
-
-def target_checks(rows: list[dict]) -> dict | None:
-    """The training issue's targets, checked on the seller-mix rows (None without sft and grpo rows):
-    SFT format errors under 2%; GRPO above SFT beyond both 95% CIs; GRPO above every scripted
-    baseline except the expert; a trained buyer above the expert (stretch); overshoot rates."""
-    mix = {r["buyer"]: r for r in rows if r["seller"] == "mix"}
-    if "sft" not in mix or "grpo" not in mix:
-        return None
-    sft, grpo = mix["sft"], mix["grpo"]
-    trained = [b for b in ("sft", "grpo", "sdpo") if b in mix]
-    below = [b for b in SCRIPTED_BASELINES if b in mix and grpo["reward_mean"] <= mix[b]["reward_mean"]]
-    best_trained = max(trained, key=lambda b: mix[b]["reward_mean"])
-    return {
-        "sft_format_error_rate_below_2pct": {"met": sft["format_error_rate"] < 0.02,
-                                             "value": sft["format_error_rate"]},
-        "grpo_above_sft_beyond_ci": {"met": grpo["reward_ci95"][0] > sft["reward_ci95"][1],
-                                     "grpo": grpo["reward_mean"], "sft": sft["reward_mean"]},
-        "grpo_above_every_baseline_but_expert": {"met": not below, "grpo": grpo["reward_mean"],
-                                                 "baselines_not_beaten": {b: mix[b]["reward_mean"] for b in below}},
-        "trained_above_expert (stretch)": {"met": "expert" in mix and mix[best_trained]["reward_mean"]
-                                           > mix["expert"]["reward_mean"], "best_trained": best_trained,
-                                           "value": mix[best_trained]["reward_mean"],
-                                           "expert": mix.get("expert", {}).get("reward_mean")},
-        "overshoot_rate": {b: mix[b]["overshoot_rate"] for b in trained},
-    }
-
-
 def annotate_targets(path: str) -> dict:
     """Add the target checks to an existing evaluation artifact (rows untouched), with their own provenance."""
     data = json.loads(Path(path).read_text())
@@ -162,11 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         checks = annotate_targets(argv[1])
         print(json.dumps(checks, indent=1))
         return checks
-    parser = HfArgumentParser((EvalConfig, SamplingConfig))
-    try:
-        config, sampling = parser.parse_args_into_dataclasses(args=argv)
-    except ValueError as exc:
-        parser.error(str(exc))
+    (config, sampling), argv = parse(HfArgumentParser((EvalConfig, SamplingConfig)), argv)
     try:
         artifact = run(config, sampling=sampling)
     except ScenarioDataError as exc:  # the user's data: one clear line, not a traceback

@@ -28,10 +28,9 @@ from pathlib import Path
 import torch
 from trl import GRPOConfig
 
-from env.bargain.players import SELLERS
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import check_budget_factor
-from training.games import GAMES, check_env, game_for
+from training.cli import parse
+from training.games import GameArguments, game_for
 from training.games.base import reward_stats
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
@@ -41,18 +40,9 @@ SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradi
 
 
 @dataclass
-class GRPOScriptArguments:
-    env: str = field(default="bargain", metadata={"help": "bargain (the bilateral game) or market (the GPU market, "
-                                                          "the policy in lab 0)"})
-    tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: single_trade, "
-                                                        "market_round, coalition_market"})
-    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
-    budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
-                                                                "that give their own budget keep it)"})
-    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
+class GRPOScriptArguments(GameArguments):
     seller_model: str = field(default="", metadata={"help": "a frozen model seller instead of the scripted mix"})
     reasoning_mode: str = field(default="option_a", metadata={"help": "option_a or option_b"})
-    max_turns: int = field(default=6, metadata={"help": "exchanges per episode"})
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per buyer reply"})
     think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact ('' for none)"})
@@ -63,8 +53,7 @@ class GRPOScriptArguments:
     def __post_init__(self):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        check_budget_factor(self.budget_factor)
-        GAMES[check_env(self.env)].check_script(self)
+        super().__post_init__()
 
 
 @dataclass
@@ -222,29 +211,24 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
     return final
 
 
-def parse(parser, argv: list[str]):
-    """Arguments, with ``--smoke``'s small defaults first so explicit flags still win."""
-    if "--smoke" in argv:
-        argv = SMOKE_ARGS + argv
-    try:
-        return parser.parse_args_and_config(args=argv), argv
-    except ValueError as exc:
-        parser.error(str(exc))
+def train_and_finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str], script_path: str,
+                     start: float):
+    """Train (resuming from the last checkpoint in ``--output_dir``), then ``finish``."""
+    resumed = any(Path(cfg.output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if resumed else None)
+    return finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, script_path, start, resumed)
 
 
 def main(argv: list[str] | None = None):
     from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    (script, cfg, model_args), argv = parse(TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig)), argv)
+    parser = TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig))
+    (script, cfg, model_args), argv = parse(parser, argv, SMOKE_ARGS)
     start = time.perf_counter()
     game, model, tok, dataset, rollouts, hub = setup(script, cfg, model_args, __file__, DEFAULT_CURVE, DEFAULT_DIR)
     trainer = GRPOTrainer(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
                           processing_class=tok, rollout_func=rollouts, peft_config=get_peft_config(model_args))
-    resumed = any(Path(cfg.output_dir).glob("checkpoint-*"))
-    trainer.train(resume_from_checkpoint=True if resumed else None)
-    final = finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, __file__, start, resumed)
-    return trainer, final
+    return trainer, train_and_finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, __file__, start)
 
 
 if __name__ == "__main__":

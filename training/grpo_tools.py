@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from dataclasses import dataclass, field
 
 from env.bargain.players import SELLERS, parse_names
+from training.cli import parse
 from training.grpo import HaggleGRPOConfig
 
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--num_generations", "2",
@@ -67,14 +67,7 @@ def main(argv: list[str] | None = None):
     from training.tools import HaggleToolEnv  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--smoke" in argv:
-        argv = SMOKE_ARGS + argv
-    parser = TrlParser((ToolScriptArguments, ToolGRPOConfig))
-    try:
-        script, cfg = parser.parse_args_and_config(args=argv)
-    except ValueError as exc:
-        parser.error(str(exc))
+    (script, cfg), argv = parse(TrlParser((ToolScriptArguments, ToolGRPOConfig)), argv, SMOKE_ARGS)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     model, tok = load_model(script.model_name_or_path, device="cpu" if cfg.use_cpu else None, dtype="float32")
     env_url = script.env_url or os.environ.get("HAGGLE_ENV_URL", "")

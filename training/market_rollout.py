@@ -29,7 +29,8 @@ from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.world import ACTIONS_PER_TURN, TASKS
 from training.prompts import LeakError
-from training.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, token_fields
+from training.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
+    token_fields
 
 LAB = "lab0"  # the seat a model plays
 FORMATS = {
@@ -138,19 +139,19 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
     for match, seat in zip(matches, seats):
         if isinstance(seat, Conversation) and seat.teacher is not None:  # seeded like a seated lab 0
             seat.teacher.reset(match.env.observe(0), seat_rng(match.task, match.seed, 0))
-    last: list[MarketStep | None] = [None] * n
+    last: dict[int, MarketStep] = {}  # each episode's latest lab-0 step (what the next user turn reports)
     active = list(range(n))
     while active:
         replies, waiting = {}, {}
         for i in active:
             match = matches[i]
             match.advance()  # scripted labs (and a scripted lab 0) act inline
-            if match.done:
+            if match.env.done:
                 continue
             seat, env = seats[i], match.env
             obs = env.observe(0)
             system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
-            user = market_user_message(obs, last[i])
+            user = market_user_message(obs, last.get(i))
             assert_market_no_leak((system or "") + user, env)
             seat.push([user], system)
             if seat.teacher is not None:  # in option_b an empty think block first, as Qwen3 writes when not thinking
@@ -161,16 +162,8 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         for idx in waiting.values():
             texts = generate_replies(seats[idx[0]].agent, [seats[i] for i in idx])
             replies.update(zip(idx, texts))
-        still = []
-        for i in active:
-            if i in replies:
-                last[i] = matches[i].step(replies[i])
-            if matches[i].done:
-                if on_done is not None:
-                    on_done(i)
-            else:
-                still.append(i)
-        active = still
+        active, results = step_replies(matches, active, replies, on_done)
+        last.update(results)
     return [_record(m.env, seat, ep, name) for m, seat, ep in zip(matches, seats, episodes)]
 
 

@@ -294,17 +294,17 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
     for match, seat in zip(matches, seats):
         for role, conv in seat.items():
             if isinstance(conv, Conversation) and conv.teacher is not None:
-                conv.teacher.reset(match.observe(role), match.rngs[role])
+                conv.teacher.reset(match.env.observe(role), match.rngs[role])
     active = list(range(n))
     while active:
         waiting: dict[int, list[int]] = {}
         replies: dict[int, str] = {}
         for i in active:
             matches[i].advance()
-            if matches[i].done:
+            if matches[i].env.done:
                 continue
-            role = matches[i].to_move
-            seat, obs = seats[i][role], matches[i].observe(role)
+            role = matches[i].env.to_move
+            seat, obs = seats[i][role], matches[i].env.observe(role)
             thoughts = tuple(t["thought"] for t in matches[i].env.log if t["role"] != seat.role)
             seat.observe(obs, thoughts)
             if seat.teacher is not None:
@@ -312,21 +312,28 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
             else:
                 waiting.setdefault(id(seat.agent), []).append(i)
         for idx in waiting.values():
-            agent = seats[idx[0]][matches[idx[0]].to_move].agent
-            texts = generate_replies(agent, [seats[i][matches[i].to_move] for i in idx])
+            agent = seats[idx[0]][matches[idx[0]].env.to_move].agent
+            texts = generate_replies(agent, [seats[i][matches[i].env.to_move] for i in idx])
             replies.update(zip(idx, texts))
-        still = []
-        for i in active:
-            if i in replies:
-                matches[i].step(replies[i])
-            if matches[i].done:
-                if on_done is not None:
-                    on_done(i)
-            else:
-                still.append(i)
-        active = still
+        active, _ = step_replies(matches, active, replies, on_done)
     envs = [m.env for m in matches]
     return [_record(envs[i], seats[i], episodes[i], trained_role) for i in range(n)]
+
+
+def step_replies(matches: Sequence, active: list[int], replies: dict[int, str],
+                 on_done: Callable[[int], None] | None) -> tuple[list[int], dict]:
+    """Hand each active episode's reply (if it has one) to its driver; the episodes still running
+    and each step's result. ``on_done(i)`` for every episode that ended."""
+    still, results = [], {}
+    for i in active:
+        if i in replies:
+            results[i] = matches[i].step(replies[i])
+        if matches[i].env.done:
+            if on_done is not None:
+                on_done(i)
+        else:
+            still.append(i)
+    return still, results
 
 
 def token_fields(conv) -> dict:

@@ -21,17 +21,16 @@ TRL's ``GRPOTrainer`` and only replaces the advantages with per-token ones (TRL'
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from trl import GRPOTrainer
 
 from env.bargain.protocol import format_price
 from training.games import GAMES
-from training.grpo import GRPOScriptArguments, HaggleGRPOConfig, episode_reward, finish, parse, setup
+from training.cli import parse
+from training.grpo import SMOKE_ARGS, GRPOScriptArguments, HaggleGRPOConfig, episode_reward, setup, train_and_finish
 
 DEFAULT_CURVE = "artifacts/sdpo_training_curve.json"
 DEFAULT_DIR = "runs/sdpo"
@@ -148,17 +147,14 @@ class SDPOTrainer(GRPOTrainer):
 def main(argv: list[str] | None = None):
     from trl import ModelConfig, TrlParser, get_peft_config  # noqa: PLC0415
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    (script, cfg, model_args), argv = parse(TrlParser((SDPOScriptArguments, HaggleSDPOConfig, ModelConfig)), argv)
+    parser = TrlParser((SDPOScriptArguments, HaggleSDPOConfig, ModelConfig))
+    (script, cfg, model_args), argv = parse(parser, argv, SMOKE_ARGS)
     start = time.perf_counter()
     game, model, tok, dataset, rollouts, hub = setup(script, cfg, model_args, __file__, DEFAULT_CURVE, DEFAULT_DIR)
     trainer = SDPOTrainer(model=model, reward_funcs=[episode_reward], args=cfg, train_dataset=dataset,
                           processing_class=tok, rollout_func=rollouts, peft_config=get_peft_config(model_args),
                           rollouts=rollouts, sdpo=script)
-    resumed = any(Path(cfg.output_dir).glob("checkpoint-*"))
-    trainer.train(resume_from_checkpoint=True if resumed else None)
-    final = finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, __file__, start, resumed)
-    return trainer, final
+    return trainer, train_and_finish(trainer, script, cfg, model_args, game, rollouts, hub, argv, __file__, start)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ from pathlib import Path
 import torch
 from trl import SFTConfig
 
-from env.bargain.players import SELLERS
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import check_budget_factor
-from training.games import GAMES, check_env, game_for
+from training.cli import parse
+from training.games import GameArguments, game_for
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
 DEFAULT_DIR = "runs/sft"
@@ -34,32 +33,22 @@ SMOKE_ARGS = ["--games", "16", "--max_steps", "2", "--logging_steps", "1", "--sa
 
 
 @dataclass
-class SFTScriptArguments:
+class SFTScriptArguments(GameArguments):
     model: str = field(default="tiny", metadata={"help": "tiny, a local path or a Hub id"})
-    env: str = field(default="bargain", metadata={"help": "bargain (clone the expert buyer) or market (clone the "
-                                                          "market expert in lab 0)"})
-    tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: single_trade, "
-                                                        "market_round, coalition_market"})
-    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
-    budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
-                                                                "that give their own budget keep it)"})
     games: int = field(default=3000, metadata={"help": "expert games to clone"})
-    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
     reasoning_mode: str = field(default="option_a", metadata={
         "help": "option_a (Thought field), option_b (<think>), or both as 'option_a,option_b' (games alternate)"})
-    max_turns: int = field(default=6, metadata={"help": "exchanges per game"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
-        if self.games < 1 or self.max_turns < 1:
-            raise ValueError("--games and --max_turns must be at least 1")
+        if self.games < 1:
+            raise ValueError(f"--games must be at least 1, got {self.games}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
                              f"got {self.reasoning_mode!r}")
-        check_budget_factor(self.budget_factor)
-        GAMES[check_env(self.env)].check_script(self)
+        super().__post_init__()
 
 
 @dataclass
@@ -98,14 +87,7 @@ def main(argv: list[str] | None = None):
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
     from training.rollout import LLMAgent  # noqa: PLC0415
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--smoke" in argv:  # small defaults first, so explicit flags still win
-        argv = SMOKE_ARGS + argv
-    parser = TrlParser((SFTScriptArguments, HaggleSFTConfig))
-    try:
-        script, cfg = parser.parse_args_and_config(args=argv)
-    except ValueError as exc:
-        parser.error(str(exc))
+    (script, cfg), argv = parse(TrlParser((SFTScriptArguments, HaggleSFTConfig)), argv, SMOKE_ARGS)
     try:
         game = game_for(script)
     except ScenarioDataError as exc:

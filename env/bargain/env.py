@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from env.bargain import rules
+import env.bargain.rules as rules
 from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER
 from env.bargain.scenarios import Scenario

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, EpisodeMetrics, Observation, StepResult
+from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, EpisodeMetrics, StepResult
 from env.bargain.players.base import Player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
@@ -78,17 +78,6 @@ class Match:
                 if player.role != role:
                     raise ValueError(f"a {player.role} cannot sit in the {role}'s seat")
                 player.reset(self.env.observe(role), self.rngs[role])
-
-    @property
-    def done(self) -> bool:
-        return self.env.done
-
-    @property
-    def to_move(self) -> str:
-        return self.env.to_move
-
-    def observe(self, role: str) -> Observation:
-        return self.env.observe(role)
 
     def advance(self, limit: int | None = None) -> list[StepResult]:
         """Scripted seats move until a seat moved from outside is due or the episode ends (or

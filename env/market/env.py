@@ -20,13 +20,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from env.market import rules
+import env.market.rules as rules
 from env.market.actions import LAB_ID, Invalid, parse_action, validate
 from env.market.judge import Judge, PitchFacts, RubricJudge
 from env.market.rules import EPS
+from env.market.view import CoalitionView, MarketView
 from env.market.world import ACTIONS_PER_TURN, PROVIDER, Block, World, make_world
 
-SPOT_RELIABILITY, SPOT_ENERGY = 0.95, 1.0
 
 
 @dataclass(slots=True)
@@ -197,23 +197,22 @@ class MarketEnv:
     def _shock(self, kind: str) -> None:
         w = self.world
         info = {"round": self.round, "kind": kind}
-        if kind == "capacity_failure":
+        block = None
+        if kind == "capacity_failure":  # the block it hits is drawn by unreliability
             live = sorted((b for b in w.blocks.values() if b.hours > EPS), key=lambda b: b.id)
-            if live:
-                block = self.rng.choices(live, weights=[1.01 - b.reliability for b in live])[0]
-                lost = round(block.hours * 0.5, 2)
-                block.hours -= lost
-                w.failed_hours += lost
-                info.update(block=block.id, owner=w.labs[block.owner].name if block.owner >= 0 else "provider",
-                            hours_lost=lost)
-        elif kind == "energy_spike":
-            w.energy_price = round(w.energy_price * 2.5, 4)
-            info["energy_price"] = w.energy_price
-        elif kind == "demand_surge":
-            w.spot_price = round(w.spot_price * 1.6, 4)
-            gone = round(w.spot_hours * 0.5, 2)
-            w.spot_hours -= gone
-            w.failed_hours += gone  # bought by the world outside this market
+            block = self.rng.choices(live, weights=[1.01 - b.reliability for b in live])[0] if live else None
+        effect = rules.shock_effect(kind, block.hours if block else 0.0, w.energy_price, w.spot_price, w.spot_hours)
+        if block is not None:
+            block.hours -= effect["hours_lost"]
+            w.failed_hours += effect["hours_lost"]
+            info.update(block=block.id, owner=w.labs[block.owner].name if block.owner >= 0 else "provider",
+                        hours_lost=effect["hours_lost"])
+        if "energy_price" in effect:
+            w.energy_price = info["energy_price"] = effect["energy_price"]
+        if "spot_price" in effect:
+            w.spot_price = effect["spot_price"]
+            w.spot_hours -= effect["spot_hours_lost"]
+            w.failed_hours += effect["spot_hours_lost"]  # bought by the world outside this market
             info.update(spot_price=w.spot_price, spot_hours_left=w.spot_hours)
         self.shocks_hit.append(info)
         self._broadcast({"type": "shock", **info})
@@ -284,8 +283,8 @@ class MarketEnv:
             return Invalid("too_many_hours", f"block {block_id} has {block.hours:g} GPU-hours")
         if side == "buy" and price > w.labs[lab].money + EPS:
             return Invalid("no_money", "you cannot pay that much")
-        if sum(1 for o in self.offers.values() if o.frm == lab and o.status == "open") >= 6:
-            return Invalid("too_many_offers", "you have 6 open offers; wait for answers")
+        if sum(1 for o in self.offers.values() if o.frm == lab and o.status == "open") >= rules.MAX_OPEN_OFFERS:
+            return Invalid("too_many_offers", f"you have {rules.MAX_OPEN_OFFERS} open offers; wait for answers")
         return to
 
     def _new_offer(self, lab: int, to: int, side: str, block: str, hours: float, price: float,
@@ -391,7 +390,7 @@ class MarketEnv:
             return Invalid("no_money", f"{hours:g} GPU-hours cost ${cost:g}")
         w.spot_hours -= hours
         self._pay(lab, PROVIDER, cost)
-        block = self._give_block(lab, self.round, hours, SPOT_RELIABILITY, SPOT_ENERGY)
+        block = self._give_block(lab, self.round, hours, rules.SPOT_RELIABILITY, rules.SPOT_ENERGY)
         self.counts[lab]["spot_hours"] += hours
         return f"bought {hours:g} GPU-hours for ${cost:g} (block {block.id})"
 
@@ -435,10 +434,11 @@ class MarketEnv:
         members = [self._lab_id(m) for m in a["members"]]
         if None in members or len(set(members)) != len(members) or lab not in members:
             return Invalid("bad_members", "members must be distinct labs, you included")
-        if a["hours"] >= lot.hours - EPS:
+        if not rules.share_allowed(a["hours"], lot.hours):
             return self._whole_lot(lot)
-        if sum(1 for c in self.coalitions.values() if c.proposer == lab and c.status == "forming") >= 2:
-            return Invalid("too_many_coalitions", "you already have 2 coalitions forming")
+        if sum(1 for c in self.coalitions.values() if c.proposer == lab and c.status == "forming") \
+                >= rules.MAX_FORMING_COALITIONS:
+            return Invalid("too_many_coalitions", f"you already have {rules.MAX_FORMING_COALITIONS} coalitions forming")
         cid = w.new_id("c")
         c = self.coalitions[cid] = Coalition(cid, lot.id, lab, tuple(members))
         c.shares[lab] = round(a["hours"], 2)
@@ -465,7 +465,7 @@ class MarketEnv:
             return c
         if lab in c.shares:
             return Invalid("already_joined", f"you already joined {c.id}")
-        if a["hours"] >= self.world.lots[c.lot].hours - EPS:
+        if not rules.share_allowed(a["hours"], self.world.lots[c.lot].hours):
             return self._whole_lot(self.world.lots[c.lot])
         c.shares[lab] = round(a["hours"], 2)
         self.counts[lab]["coalitions"] += 1
@@ -483,12 +483,10 @@ class MarketEnv:
         w = self.world
         lot = w.lots[c.lot]
         covered = round(sum(c.shares[m] for m in c.escrow), 2)
-        share = round(min(c.shares[lab], lot.hours - covered), 2)  # the last share is trimmed to fit
+        share = rules.committed_share(c.shares[lab], covered, lot.hours)  # the last share is trimmed to fit
         if share <= 0:
             return Invalid("lot_covered", f"the committed shares already cover {lot.id}")
-        if round(covered + share, 2) >= lot.hours and len(c.escrow) + 1 < rules.LOT_MIN_MEMBERS:
-            return self._whole_lot(lot)  # unreachable while shares stay below the lot; kept as the rule's guard
-        amount = round(share * lot.price / lot.hours, 2)
+        amount = rules.share_cost(share, lot.hours, lot.price)
         if amount > w.labs[lab].money + EPS:
             return Invalid("no_money", f"your share costs ${amount:g}")
         c.shares[lab] = share
@@ -496,7 +494,7 @@ class MarketEnv:
         self.terms[lab]["trade"] -= amount
         c.escrow[lab] = amount
         self._broadcast({"type": "coalition", "id": c.id, "status": f"lab{lab} committed"})
-        if round(covered + share, 2) >= lot.hours:
+        if rules.lot_bought(covered, share, lot.hours, payers=len(c.escrow)):
             return self._buy_lot(c)
         return f"committed ${amount:g} to {c.id}"
 
@@ -539,7 +537,7 @@ class MarketEnv:
         w = self.world
         fine = 0.0
         if lab in c.escrow:
-            fine = round(c.escrow[lab] * rules.LEAVE_FINE, 2)
+            fine = rules.leave_fine(c.escrow[lab])
             others = [m for m in c.members if m != lab]
             c.escrow[lab] -= fine
             self.terms[lab]["trade"] += fine  # the escrow refund below books the whole amount as trade
@@ -560,12 +558,12 @@ class MarketEnv:
         return "finished for this episode"
 
     # ------------------------------------------------------------------ views and results
-    def coalition_view(self, c: Coalition) -> dict:
+    def coalition_view(self, c: Coalition) -> CoalitionView:
         return {"id": c.id, "lot": c.lot, "proposer": f"lab{c.proposer}", "members": [f"lab{m}" for m in c.members],
                 "shares": {f"lab{m}": h for m, h in c.shares.items()},
                 "committed": [f"lab{m}" for m in c.escrow], "status": c.status}
 
-    def observe(self, lab: int) -> dict:
+    def observe(self, lab: int) -> MarketView:
         """Lab ``lab``'s view: its own money, jobs and blocks; the public market (blocks on offer by
         owner, spot price and stock, lots, reputations, coalitions, open offers involving it); and
         what happened since it last acted (``events``). Nothing private of another lab, and no side

@@ -52,14 +52,6 @@ class MarketMatch:
             if player is not None:
                 player.reset(self.env.observe(lab), seat_rng(task, seed, lab))
 
-    @property
-    def done(self) -> bool:
-        return self.env.done
-
-    @property
-    def to_move(self) -> int:
-        return self.env.to_move
-
     def moves(self) -> Iterator[MarketStep]:
         """Seated labs act until a seat moved from outside is due or the episode ends; yields each
         step's result as it happens (a caller may show a game round by round)."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 import random
 
-from env.market import rules
+import env.market.rules as rules
 from env.market.rules import EPS
+from env.market.view import MarketView
 from env.market.world import SPOT_PRICE, Job
 
 
@@ -23,7 +24,7 @@ class View:
 
     __slots__ = ("obs", "me", "round", "jobs", "mine", "held", "energy", "spot", "money")
 
-    def __init__(self, obs: dict):
+    def __init__(self, obs: MarketView):
         self.obs, self.me, self.round = obs, obs["you"], obs["round"]
         self.jobs = [Job(**j) for j in obs["jobs"]]
         self.mine = [b for b in obs["blocks"] if b["owner"] == self.me]
@@ -130,10 +131,10 @@ def lot_share(need: float, lot: dict) -> float:
 class MarketPlayer:
     name = "player"
 
-    def reset(self, obs: dict, rng: random.Random) -> None:
+    def reset(self, obs: MarketView, rng: random.Random) -> None:
         self.rng = rng
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         raise NotImplementedError
 
 
@@ -153,7 +154,7 @@ class Counterpart(MarketPlayer):
         self.archetype = self.name = archetype
         self.grudges: dict[str, int] = {}
 
-    def reset(self, obs: dict, rng: random.Random) -> None:
+    def reset(self, obs: MarketView, rng: random.Random) -> None:
         super().reset(obs, rng)
         self.grudges, self.tried = {}, set()
 
@@ -166,7 +167,7 @@ class Counterpart(MarketPlayer):
             m *= 1 - (0.6 if self.archetype in ("cooperative", "deadline_panicked") else 0.3) * offer["score"]
         return max(m, MIN_MARGIN) * offer["hours"] * SPOT_PRICE
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         for ev in obs["events"]:
             if ev.get("type") == "rejected":
@@ -242,11 +243,11 @@ class Expert(MarketPlayer):
 
     name = "expert"
 
-    def reset(self, obs: dict, rng: random.Random) -> None:
+    def reset(self, obs: MarketView, rng: random.Random) -> None:
         super().reset(obs, rng)
         self.tried: set = set()
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         for offer in v.incoming():
             return self.answer(v, offer)
@@ -345,20 +346,20 @@ class Expert(MarketPlayer):
 class SimpleTrader(MarketPlayer):
     """A baseline's skeleton: answer offers by a fixed rule, run covered jobs, then ``move``."""
 
-    def reset(self, obs: dict, rng: random.Random) -> None:
+    def reset(self, obs: MarketView, rng: random.Random) -> None:
         super().reset(obs, rng)
         self.tried: set = set()
 
     def accepts(self, v: View, offer: dict) -> bool:
         return offer["side"] == "buy" or offer["price"] <= v.money
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         for offer in v.incoming():
             return {"action": "accept" if self.accepts(v, offer) else "reject", "offer": offer["id"]}
         return v.allocation() or self.move(v, obs) or WAIT
 
-    def move(self, v: View, obs: dict) -> dict | None:
+    def move(self, v: View, obs: MarketView) -> dict | None:
         return None
 
 
@@ -376,7 +377,7 @@ class Hoarder(SimpleTrader):
     def accepts(self, v: View, offer: dict) -> bool:
         return offer["side"] == "sell" and offer["price"] <= v.money
 
-    def move(self, v: View, obs: dict) -> dict | None:
+    def move(self, v: View, obs: MarketView) -> dict | None:
         spot = obs["market"]["spot_hours"]
         if spot > EPS and v.money >= v.spot:
             return {"action": "buy_spot", "hours": round(min(spot, v.money / v.spot * 0.99), 2)}
@@ -395,7 +396,7 @@ class NoNegotiation(MarketPlayer):
 
     name = "no_negotiation"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         return View(obs).allocation() or WAIT
 
 
@@ -409,7 +410,7 @@ class NaivePitcher(SimpleTrader):
 
     name = "naive_pitcher"
 
-    def move(self, v: View, obs: dict) -> dict | None:
+    def move(self, v: View, obs: MarketView) -> dict | None:
         for job, lack in v.lacking():
             for b in obs["blocks"]:
                 if b["owner"] != v.me and b["hours"] >= lack and (v.round, b["id"]) not in self.tried:
@@ -425,7 +426,7 @@ class RandomValid(MarketPlayer):
 
     name = "random_valid"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v, rng = View(obs), self.rng
         moves = [WAIT]
         for offer in v.incoming():
@@ -452,7 +453,7 @@ class GreedyBidder(Hoarder):
 
     name = "greedy_bidder"
 
-    def move(self, v: View, obs: dict) -> dict | None:
+    def move(self, v: View, obs: MarketView) -> dict | None:
         for job, lack in v.lacking():
             spot = obs["market"]["spot_hours"]
             if spot > EPS and lack * v.spot <= v.money:
@@ -473,7 +474,7 @@ class Idle(MarketPlayer):
 
     name = "idle"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         return WAIT
 
 
@@ -483,7 +484,7 @@ class FreeRider(MarketPlayer):
 
     name = "free_rider"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         move = v.allocation()
         if move:
@@ -500,7 +501,7 @@ class KeywordStuffer(MarketPlayer):
 
     name = "keyword_stuffer"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         move = v.allocation()
         if move:
@@ -519,7 +520,7 @@ class Spammer(MarketPlayer):
 
     name = "spammer"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         for offer in v.incoming():
             return {"action": "accept" if offer["side"] == "sell" and offer["price"] <= v.money else "reject",
@@ -542,7 +543,7 @@ class CommitLeaver(Expert):
 
     name = "commit_leaver"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         for c in obs["coalitions"]:
             if obs["you"] in c["committed"] and c["status"] == "forming":
                 return {"action": "leave", "coalition": c["id"]}
@@ -554,7 +555,7 @@ class Dumper(MarketPlayer):
 
     name = "dumper"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         offered = {o["block"] for o in v.outgoing()}
         for b in v.mine:
@@ -576,7 +577,7 @@ class SoloLot(Expert):
         if share != "whole":
             self.name = f"solo_lot_{share}"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         for c in obs["coalitions"]:
             if c["proposer"] == v.me and c["status"] == "forming" and v.me not in c["committed"]:
@@ -597,7 +598,7 @@ class ZeroHour(Expert):
 
     name = "zero_hour"
 
-    def act(self, obs: dict) -> dict:
+    def act(self, obs: MarketView) -> dict:
         v = View(obs)
         if v.incoming():
             return super().act(obs)

@@ -16,7 +16,59 @@ INVALID_PENALTY = 2.0  # dollars of reward lost per refused action
 LEAVE_FINE = 0.25  # share of a committed contribution forfeited by leaving
 LEAVE_REPUTATION = 0.25
 LOT_MIN_MEMBERS = 2  # a volume lot is sold only to a coalition of at least this many paying members
+MAX_OPEN_OFFERS = 6  # offers one lab may have waiting for an answer
+MAX_FORMING_COALITIONS = 2  # coalitions one lab may have forming at once
+SPOT_RELIABILITY, SPOT_ENERGY = 0.95, 1.0  # what spot capacity is like
 REWARD_TERMS = ("value", "trade", "energy", "fines", "invalid")
+
+# What each market shock does (``shock_effect``).
+SHOCKS = {
+    "capacity_failure": {"hours_lost": 0.5},  # half of one block's hours (unreliable blocks are likelier hit)
+    "energy_spike": {"energy_price": 2.5},  # energy price times 2.5
+    "demand_surge": {"spot_price": 1.6, "spot_hours_lost": 0.5},  # spot 1.6x dearer, half its stock bought elsewhere
+}
+
+
+def shock_effect(kind: str, block_hours: float, energy_price: float, spot_price: float,
+                 spot_hours: float) -> dict:
+    """What a shock changes: ``hours_lost`` (of the block it hits), and the new ``energy_price``,
+    ``spot_price`` and ``spot_hours`` (each only where the shock touches it)."""
+    table = SHOCKS[kind]
+    out = {}
+    if "hours_lost" in table:
+        out["hours_lost"] = round(block_hours * table["hours_lost"], 2)
+    if "energy_price" in table:
+        out["energy_price"] = round(energy_price * table["energy_price"], 4)
+    if "spot_price" in table:
+        out["spot_price"] = round(spot_price * table["spot_price"], 4)
+        out["spot_hours_lost"] = round(spot_hours * table["spot_hours_lost"], 2)
+    return out
+
+
+def leave_fine(escrow: float) -> float:
+    """What leaving a coalition after committing ``escrow`` dollars forfeits."""
+    return round(escrow * LEAVE_FINE, 2)
+
+
+def share_cost(share: float, lot_hours: float, lot_price: float) -> float:
+    """Dollars a share of a lot costs: the lot's price per GPU-hour, to the cent."""
+    return round(share * lot_price / lot_hours, 2)
+
+
+def share_allowed(hours: float, lot_hours: float) -> bool:
+    """A share must leave GPU-hours of the lot to the other paying members (``LOT_MIN_MEMBERS``)."""
+    return hours < lot_hours - EPS
+
+
+def committed_share(share: float, covered: float, lot_hours: float) -> float:
+    """A committing member's share, trimmed to what the shares committed before (``covered``) leave."""
+    return round(min(share, lot_hours - covered), 2)
+
+
+def lot_bought(covered: float, share: float, lot_hours: float, payers: int) -> bool:
+    """Whether committing ``share`` on top of ``covered`` buys the lot: it covers the lot exactly and
+    at least ``LOT_MIN_MEMBERS`` members pay."""
+    return round(covered + share, 2) >= lot_hours and payers >= LOT_MIN_MEMBERS
 
 
 Holding = tuple[int, float, float]  # (start round, hours, energy per hour)

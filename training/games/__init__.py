@@ -7,10 +7,35 @@ the game.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from env.bargain.env import DEFAULT_MAX_TURNS
+from env.bargain.players import SELLERS
+from env.market.world import TASKS
 from training.games.bargain import BargainGame
 from training.games.market import MarketGame
 
 GAMES = {game.name: game for game in (BargainGame, MarketGame)}
+
+
+@dataclass
+class GameArguments:
+    """Which game a training script plays and its episodes' settings (one definition for sft.py,
+    grpo.py and sdpo.py; the game's adapter checks and reads what is its own)."""
+
+    env: str = field(default="bargain", metadata={"help": "bargain (the bilateral game: the policy is the buyer) or "
+                                                          "market (the GPU market: the policy is lab 0)"})
+    tasks: str = field(default="all", metadata={"help": f"market tasks, comma list or all: {', '.join(TASKS)}"})
+    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
+    budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
+                                                                "that give their own budget keep it)"})
+    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
+    max_turns: int = field(default=DEFAULT_MAX_TURNS, metadata={"help": "exchanges per episode"})
+
+    def __post_init__(self):
+        if self.max_turns < 1:
+            raise ValueError(f"--max_turns must be at least 1, got {self.max_turns}")
+        GAMES[check_env(self.env)].check_script(self)
 
 
 def game_for(script):

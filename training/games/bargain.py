@@ -12,7 +12,7 @@ from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import get_split, resolve_source
+from env.bargain.scenarios import check_budget_factor, get_split, resolve_source
 from training.backends import SamplingConfig
 from training.games.base import build_agent, label, name_path
 from training.provenance import provenance, write_json, write_jsonl
@@ -44,6 +44,7 @@ class BargainGame:
     @staticmethod
     def check_script(script) -> None:
         """What a training script's arguments must hold for this game (raises ValueError)."""
+        check_budget_factor(script.budget_factor)
         script.seller_names = parse_names(script.sellers, SELLERS, "seller")
 
     def defaults(self, cfg, default_curve: str, default_dir: str) -> None:
@@ -143,8 +144,6 @@ class BargainGame:
         """Every buyer x seller cell on the split's products x seeds, plus a ``mix`` row per buyer."""
         from tqdm.auto import tqdm  # noqa: PLC0415
 
-        from training.evaluate import target_checks  # noqa: PLC0415
-
         start = time.perf_counter()
         buyer_agents = {name: build_agent(path, config, sampling, config.model_modes.get(name, ""))
                         for name, path in config.model_buyers.items()}
@@ -228,3 +227,32 @@ def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[Epis
         metrics += [EpisodeMetrics(**r.metrics) for r in records]
         kept += [r.transcript for r in records][: max(0, config.transcripts_per_cell - len(kept))]
     return metrics, kept
+
+
+SCRIPTED_BASELINES = ("always_accept", "split_difference", "lowballer", "offer_budget", "random_valid")
+
+
+def target_checks(rows: list[dict]) -> dict | None:
+    """The training issue's targets, checked on the seller-mix rows (None without sft and grpo rows):
+    SFT format errors under 2%; GRPO above SFT beyond both 95% CIs; GRPO above every scripted
+    baseline except the expert; a trained buyer above the expert (stretch); overshoot rates."""
+    mix = {r["buyer"]: r for r in rows if r["seller"] == "mix"}
+    if "sft" not in mix or "grpo" not in mix:
+        return None
+    sft, grpo = mix["sft"], mix["grpo"]
+    trained = [b for b in ("sft", "grpo", "sdpo") if b in mix]
+    below = [b for b in SCRIPTED_BASELINES if b in mix and grpo["reward_mean"] <= mix[b]["reward_mean"]]
+    best_trained = max(trained, key=lambda b: mix[b]["reward_mean"])
+    return {
+        "sft_format_error_rate_below_2pct": {"met": sft["format_error_rate"] < 0.02,
+                                             "value": sft["format_error_rate"]},
+        "grpo_above_sft_beyond_ci": {"met": grpo["reward_ci95"][0] > sft["reward_ci95"][1],
+                                     "grpo": grpo["reward_mean"], "sft": sft["reward_mean"]},
+        "grpo_above_every_baseline_but_expert": {"met": not below, "grpo": grpo["reward_mean"],
+                                                 "baselines_not_beaten": {b: mix[b]["reward_mean"] for b in below}},
+        "trained_above_expert (stretch)": {"met": "expert" in mix and mix[best_trained]["reward_mean"]
+                                           > mix["expert"]["reward_mean"], "best_trained": best_trained,
+                                           "value": mix[best_trained]["reward_mean"],
+                                           "expert": mix.get("expert", {}).get("reward_mean")},
+        "overshoot_rate": {b: mix[b]["overshoot_rate"] for b in trained},
+    }
