@@ -7,8 +7,9 @@ and SmolLM2-135M-Instruct, in float32 and under bfloat16 autocast, in one run.
   linear layer), as ``training/sft.py`` does for pretrained models. ``bf16`` is TRL's own switch
   (``bf16=True``: autocast to bfloat16 on this CPU, float32 master weights).
 * GRPO rollouts: one step's generation, ``--episodes`` whole episodes with the model as the buyer
-  against the neutral seller through the batched rollout engine (sampling at T=0.7), float32 or
-  under ``torch.autocast(bfloat16)``.
+  against the neutral seller through the batched rollout engine (sampling at T=0.7), with the
+  weights in float32 or in bfloat16 (generation keeps a preallocated KV cache of the weights'
+  dtype, so autocast does not apply there).
 * Peak: a 2048 x 2048 matmul in each precision. ``fraction_of_peak`` divides the model FLOPs the
   SFT step did (6 N per token with all weights trained, 4 N with LoRA, which computes no weight
   gradients for frozen layers; N = parameters) by that peak.
@@ -22,7 +23,6 @@ import argparse
 import statistics
 import sys
 import time
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 PRECISIONS = ("float32", "bfloat16")
@@ -89,25 +89,21 @@ def sft_speed(name: str, precision: str, batch: int, max_length: int, steps: int
 
 
 def rollout_speed(name: str, precision: str, episodes: int, max_new_tokens: int) -> dict:
-    import torch  # noqa: PLC0415
-
     from env.bargain.evaluation import episode_seed  # noqa: PLC0415
     from env.bargain.scenarios import get_split  # noqa: PLC0415
     from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
     from training.models import load_model  # noqa: PLC0415
     from training.rollout import LLMAgent, play_episodes  # noqa: PLC0415
 
-    model, tok = load_model(name, device="cpu", dtype="float32")
+    model, tok = load_model(name, device="cpu", dtype=precision)
     agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=0.7, max_new_tokens=max_new_tokens,
                                                                     seed=0)), "option_a")
     train = get_split("builtin", "train")
     eps = [(train[i % len(train)], episode_seed(i, 0, 1, base=0)) for i in range(episodes)]
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else nullcontext()
-    with autocast:
-        play_episodes(eps[:2], agent, "neutral")  # warm-up
-        start = time.perf_counter()
-        records = play_episodes(eps, agent, "neutral")
-        wall = time.perf_counter() - start
+    play_episodes(eps[:2], agent, "neutral")  # warm-up
+    start = time.perf_counter()
+    records = play_episodes(eps, agent, "neutral")
+    wall = time.perf_counter() - start
     return {"model": name, "precision": precision, "episodes": episodes, "wall_s": wall,
             "episodes_per_s": episodes / wall, "generated_tokens": sum(sum(r.env_mask) for r in records)}
 
