@@ -444,7 +444,7 @@ def _glance_tab() -> None:
     """The "At a glance" tab."""
     gr.Markdown("Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
                 "one, −1 for an unreadable reply or going over budget. Scenarios are products with a "
-                "list price; *mutual interest* means budget ≥ cost.")
+                "list price; *mutual interest* means budget > cost.")
     gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
                                             "conflicting interest", "categories", "test products"],
                  label="Scenarios (task: bilateral price negotiation)", interactive=False)
