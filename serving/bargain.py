@@ -27,7 +27,7 @@ class BargainAction(Action):
                                  description="a whole reply in the protocol, e.g. 'Talk: hi\\nAction: [BUY] $40'")
     kind: Optional[Literal[ACTION_KINDS]] = Field(default=None, description="BUY, SELL, DEAL, REJECT or QUIT")
     price: Optional[float] = Field(default=None, gt=0, lt=1e9, description="dollars, for BUY, SELL and DEAL")
-    talk: str = Field(default="", max_length=1500, description="what the player says (structured moves)")
+    talk: str = Field(default="", max_length=MAX_TALK_CHARS, description="what the player says (structured moves)")
 
     @model_validator(mode="after")
     def _one_form(self):

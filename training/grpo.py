@@ -195,9 +195,11 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
     trainer.model.save_pretrained(final)  # with LoRA: the adapter alone (a few MB) over its base
     trainer.processing_class.save_pretrained(final)
     write_lineage(final, path, Path(script_path).stem)
-    if lora:
-        base = json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
-        save_adapter_base(final, read_lineage(path)["base_model"] if read_lineage(path) else base)
+    if lora:  # name the base as load_model finds it anywhere: the lineage's base model, else PEFT's record
+        upstream = read_lineage(path)
+        base = upstream["base_model"] if upstream else \
+            json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+        save_adapter_base(final, base)
     if script.curve:
         config = {"script": {k: v for k, v in asdict(script).items() if k not in ("seller_names", "task_names")},
                   "push_to_hub": bool(hub), "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},

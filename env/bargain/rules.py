@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action
+from env.bargain.protocol import BUY, QUIT, REJECT, SELL, Action
 
 BUYER, SELLER = "buyer", "seller"
 ROLES = (BUYER, SELLER)

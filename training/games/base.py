@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from training.backends import SamplingConfig
 
 
@@ -42,8 +44,6 @@ def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: st
 
 def reward_stats(records, num_generations: int, step: int) -> dict:
     """Reward spread of one GRPO step's episodes, and the share of groups with no spread at all."""
-    import statistics  # noqa: PLC0415
-
     rewards = [r.reward for r in records]
     groups = [rewards[i: i + num_generations] for i in range(0, len(rewards), num_generations)]
     return {"step": step, "episodes": len(records),
