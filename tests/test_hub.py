@@ -115,6 +115,52 @@ def test_push_to_hub_end_to_end_uploads_fp8_model_card_and_curve(tmp_path, tiny_
             assert TOKEN.encode() not in path.read_bytes(), path
 
 
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory, tiny_dir):
+    """A small LlamaForCausalLM (SmolLM2's architecture, random weights) with the tiny tokenizer and
+    no Haggle lineage, so the training scripts treat it as a pretrained model and train LoRA on it."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.slow
+def test_push_to_hub_merges_a_llama_lora_adapter_and_exports_it_as_fp8(tmp_path, tiny_llama_dir):
+    """SmolLM2's path at a small size: LoRA SFT ships an adapter, GRPO continues it, and the push merges
+    the adapter into its Llama base before llm-compressor writes FP8."""
+    if hub.quantize_python() is None:
+        pytest.skip("no FP8 environment (.venv-quantize or HAGGLE_QUANTIZE_PYTHON); .ci/run builds one")
+    sft = subprocess.run([sys.executable, "training/sft.py", "--smoke", "--model", str(tiny_llama_dir),
+                          "--output_dir", str(tmp_path / "sft"), "--curve", ""],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert sft.returncode == 0, sft.stderr[-3000:]
+    adapter = tmp_path / "sft" / "final"
+    assert (adapter / "adapter_config.json").is_file() and not (adapter / "model.safetensors").exists()
+    with FakeHub(TOKEN) as fake:
+        proc = _grpo(tmp_path, adapter, _env(tmp_path, fake.url, TOKEN), "--push-to-hub",
+                     "--hub-model-id", "alice/haggle-llama-grpo", "--card_eval", str(ROOT / "artifacts/eval_results.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = fake.repos["alice/haggle-llama-grpo"]["files"]
+    config = json.loads(files["config.json"])
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["quantization_config"]["quant_method"] == "compressed-tensors"
+    dtypes = _safetensors_dtypes(files["model.safetensors"])
+    assert not any("lora" in k for k in dtypes), "the adapter was merged, not uploaded beside the base"
+    fp8 = {k for k, d in dtypes.items() if d.startswith("F8")}
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+        assert any(k.endswith(f"{proj}.weight") for k in fp8), proj
+    assert not any(k.startswith("lm_head") or "embed_tokens" in k for k in fp8)
+    lineage = json.loads(files["lineage.json"])
+    assert [s["stage"] for s in lineage["stages"]][-3:] == ["sft", "grpo", "merge"]
+    assert (tmp_path / "grpo" / "final" / "adapter_config.json").is_file(), "the adapter itself is kept"
+
+
 def test_model_card_names_a_hub_base_model_as_quantized(tmp_path):
     import yaml
 

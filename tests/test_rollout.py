@@ -235,3 +235,41 @@ def test_rollout_benchmark_script_and_artifact(tiny_dir, tmp_path):
     shipped = json.loads((root / "artifacts" / "benchmarks" / "rollout.json").read_text())
     assert {"speedup", "forward_fraction", "episodes_per_s"} <= set(shipped["results"])
     assert {"command", "config", "seeds", "commit", "date", "machine", "wall_time_s"} <= set(shipped["provenance"])
+
+
+def test_each_conversation_keeps_its_own_token_budget_near_the_context_limit(tiny):
+    """One conversation close to the context window must not shorten the other replies in its batch:
+    a batched episode plays as it would alone."""
+    _, tok = tiny
+    agent = LLMAgent(CannedBackend(tok, ["blah " * 500]), "option_a")  # never stops: uses its whole budget
+    eps = _episodes(3, offset=11)
+    convs = [Conversation(agent, "buyer", sc) for sc, _ in eps]
+    from env.bargain.env import BargainEnv
+    for conv, (sc, seed) in zip(convs, eps):
+        conv.observe(BargainEnv().reset(sc, seed))
+    agent.max_len = max(len(c.ids) for c in convs) + 10  # the longest prompt has 10 tokens of room
+    from training.rollout import generate_replies
+    generate_replies(agent, convs)
+    rooms = [agent.max_len - c.prompt_len for c in convs]
+    for conv, room in zip(convs, rooms):
+        generated = len(conv.ids) - conv.prompt_len - 1  # the engine closes a cut-off reply with one EOS
+        assert generated == min(room, agent.sampling.max_new_tokens), (generated, room)
+    assert min(rooms) == 10 and max(rooms) > 10
+
+
+def test_a_trained_seller_is_credited_with_the_sellers_reward_not_the_buyers():
+    eps = _episodes(6, offset=5)
+    as_seller = play_episodes(eps, "expert", "neutral", trained_role="seller")
+    as_buyer = play_episodes(eps, "expert", "neutral", trained_role="buyer")
+    deals = 0
+    for s, b, (sc, _) in zip(as_seller, as_buyer, eps):
+        assert s.metrics == b.metrics and b.reward == b.metrics["reward"]
+        if s.metrics["deal"]:
+            deals += 1
+            gap = max(abs(sc.budget - sc.cost), 1.0)
+            assert s.reward == pytest.approx(min(1.0, (s.metrics["price"] - sc.cost) / gap)) and s.reward >= 0
+            if sc.budget - sc.cost >= 1.0:  # a price between cost and budget splits the gap: rewards sum to 1
+                assert s.reward + b.reward == pytest.approx(1.0)
+        else:
+            assert s.reward == 0.0
+    assert deals >= 2

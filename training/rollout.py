@@ -217,10 +217,12 @@ def _generate(agent: LLMAgent, convs: Sequence[Conversation], prompts: list[list
 
     backend = agent.backend
     room = [max_new if agent.max_len is None else min(max_new, agent.max_len - len(p)) for p in prompts]
-    ok = [i for i, r in enumerate(room) if r > 0]
     out = [Completion([], [], False)] * len(prompts)
-    if ok:
-        budget = min(room[i] for i in ok)
+    groups: dict[int, list[int]] = {}  # each row keeps its own token budget: one call per distinct room
+    for i, r in enumerate(room):
+        if r > 0:
+            groups.setdefault(r, []).append(i)
+    for budget, ok in sorted(groups.items(), reverse=True):
         batch = [prompts[i] for i in ok]
         if getattr(backend, "prefix_cache", False):
             comps = backend.generate_ids(batch, budget, stops, caches=[convs[i].kv for i in ok])
@@ -347,7 +349,7 @@ def token_fields(conv) -> dict:
 
 
 def _record(env: BargainEnv, seats: dict, episode: tuple[Scenario, int], trained_role: str) -> EpisodeRecord:
-    return EpisodeRecord(scenario_id=episode[0].id, seed=episode[1], reward=env.reward, metrics=env.metrics().to_dict(),
+    return EpisodeRecord(scenario_id=episode[0].id, seed=episode[1], reward=env.reward_of(trained_role), metrics=env.metrics().to_dict(),
                          transcript=env.transcript(), trained_role=trained_role, **token_fields(seats.get(trained_role)))
 
 

@@ -227,6 +227,13 @@ class BargainEnv:
         self.reward = rules.end_reward(reason, s.budget, s.cost, price)
 
     # ------------------------------------------------------------------ results
+    def reward_of(self, role: str) -> float:
+        """The reward of ``role`` once the game is over (``reward`` is the buyer's); 0 while it runs."""
+        if not self.done:
+            return 0.0
+        s = self.scenario
+        return rules.role_reward(role, self.end_reason, s.budget, s.cost, self.price)
+
     def metrics(self) -> EpisodeMetrics:
         s = self.scenario
         deal = self.end_reason == rules.END_DEAL

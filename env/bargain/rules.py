@@ -59,6 +59,23 @@ def end_reward(end_reason: str, budget: float, cost: float, price: float | None)
     return 0.0  # no deal: quit by either side or the turn limit
 
 
+def seller_end_reward(end_reason: str, budget: float, cost: float, price: float | None) -> float:
+    """The seller's reward, the buyer's mirrored: ``clip((P - C) / |B - C|, -1, 1)`` for a deal (never
+    negative: the regulated seller cannot sell below cost), 0 without one. The buyer's errors end
+    the game with no sale, so they pay the seller nothing either."""
+    if end_reason == END_DEAL:
+        assert price is not None
+        return clip((price - cost) / max(abs(budget - cost), GAP_FLOOR))
+    return 0.0
+
+
+def role_reward(role: str, end_reason: str, budget: float, cost: float, price: float | None) -> float:
+    """The reward of ``role`` (buyer or seller) for a finished game."""
+    if role not in (BUYER, SELLER):
+        raise ValueError(f"role must be {BUYER!r} or {SELLER!r}, got {role!r}")
+    return (end_reward if role == BUYER else seller_end_reward)(end_reason, budget, cost, price)
+
+
 def check_move(role: str, action: Action, private_value: float, their_offer: float | None) -> str | None:
     """Why ``action`` is illegal for ``role``, or None when it is legal.
 
