@@ -54,15 +54,23 @@ def test_smollm2_buyer_plays_with_masks_aligned_to_its_tokens(smol, mode):
                 assert turn["talk"][:10] in replies  # what the buyer said are tokens it generated (mask 1)
 
 
-def test_lora_sft_ships_an_adapter_that_loads_offline_and_grpo_continues_it(tmp_path):
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+    """A 2-step LoRA SFT of SmolLM2: its adapter folder and its run folder."""
+    tmp_path = tmp_path_factory.mktemp("smol-sft")
     _, final = sft.main(["--smoke", "--model", "smollm2-135m", "--games", "8", "--max_turns", "2",
                          "--max_steps", "2", "--per_device_train_batch_size", "2", "--max_length", "512",
                          "--output_dir", str(tmp_path / "sft"), "--curve", str(tmp_path / "sft.json")])
+    return final, tmp_path
+
+
+def test_lora_sft_ships_an_adapter_that_loads_offline_and_grpo_continues_it(sft_run, tmp_path):
+    final, run = sft_run
     config = json.loads((final / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "smollm2-135m"  # found on any machine, not this cache path
     size = sum(f.stat().st_size for f in final.iterdir() if f.name.startswith("adapter_model"))
     assert size < 20 * 2**20, f"the adapter is {size / 2**20:.1f} MB"
-    curve = json.loads((tmp_path / "sft.json").read_text())
+    curve = json.loads((run / "sft.json").read_text())
     assert curve["provenance"]["config"]["lora"] is True and curve["points"]
     model, _ = load_model(str(final), device="cpu")
     assert type(model).__name__ == "PeftModelForCausalLM"
@@ -74,3 +82,15 @@ def test_lora_sft_ships_an_adapter_that_loads_offline_and_grpo_continues_it(tmp_
     assert json.loads((rl_final / "adapter_config.json").read_text())["base_model_name_or_path"] == HUB_ID
     points = json.loads((tmp_path / "grpo.json").read_text())["points"]
     assert len(points) == 1 and -1 <= points[0]["reward_mean"] <= 1
+
+
+def test_the_space_seats_a_smollm2_adapter_as_its_model(sft_run, monkeypatch):
+    """HAGGLE_MODEL pointed at the adapter: the Space's model seat plays a whole game with it."""
+    import app
+    from space import model as seat
+    monkeypatch.setenv(seat.ENV_VAR, str(sft_run[0]))
+    monkeypatch.setattr(seat, "_loaded", {})
+    game = app.play_episode(buyer="model", seller="neutral", product=1, seed=3)
+    assert type(seat._loaded["backend"].model).__name__ == "PeftModelForCausalLM"
+    assert game["done"] and game["buyer"] == "model" and -1 <= game["outcome"]["reward"] <= 1
+    assert [t["role"] for t in game["transcript"]["turns"]][0] == "buyer"
