@@ -87,12 +87,16 @@ def _f(x, fmt: str = "{:+.3f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _label(row: dict) -> str:
+    return f"{row['buyer']} (upper bound)" if row.get("upper_bound") else row["buyer"]
+
+
 def eval_table(name: str, seller: str = "mix") -> list[list]:
     """Rows for a table: one per buyer against ``seller`` (``mix`` = the whole seller mix)."""
     out = []
     for r in eval_rows(name, seller):
         lo, hi = r["reward_ci95"]
-        out.append([r["buyer"], r["seller"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
+        out.append([_label(r), r["seller"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
                     _f(r["reward_std"], "{:.3f}"), _f(r["deal_rate"], "{:.1%}"), _f(r["bargained_ratio"], "{:.3f}"),
                     _f(r["first_offer_ratio"], "{:.3f}"), _f(r["overshoot_rate"], "{:.1%}"),
                     _f(r["format_error_rate"], "{:.1%}")])
@@ -111,6 +115,8 @@ def _empty(title: str, why: str) -> go.Figure:
 def reward_bars(name: str, seller: str = "mix") -> go.Figure:
     """Mean reward per buyer with whiskers for one standard deviation (thin) and the 95% CI (thick)."""
     rows = sorted(eval_rows(name, seller), key=lambda r: r["reward_mean"])
+    ceiling = next((r for r in rows if r.get("upper_bound")), None)
+    rows = [r for r in rows if not r.get("upper_bound")]
     if not rows:
         return _empty("Mean reward per buyer", f"no rows in artifacts/{name}")
     names = [r["buyer"] for r in rows]
@@ -129,6 +135,10 @@ def reward_bars(name: str, seller: str = "mix") -> go.Figure:
     fig.update_layout(title=f"Mean buyer reward vs seller '{seller}' (thin whisker: ±1 std; thick: 95% CI; "
                             f"red: model buyers)", xaxis_title="reward", height=120 + 28 * len(rows),
                       showlegend=False, margin={"l": 120})
+    if ceiling:  # the oracle is told the seller's floor: where the best possible buyer sits, not a rival
+        fig.add_vline(x=ceiling["reward_mean"], line_dash="dash", line_color="#2ca02c",
+                      annotation_text=f"ceiling (oracle told the floor) {ceiling['reward_mean']:+.3f}",
+                      annotation_position="top left")
     return fig
 
 
@@ -137,9 +147,9 @@ def heatmap(name: str, metric: str = "reward_mean") -> go.Figure:
     rows = eval_rows(name)
     if not rows:
         return _empty("Buyer x seller", f"no rows in artifacts/{name}")
-    buyers = list(dict.fromkeys(r["buyer"] for r in rows))
+    buyers = list(dict.fromkeys(_label(r) for r in rows))
     sellers = list(dict.fromkeys(r["seller"] for r in rows))
-    cell = {(r["buyer"], r["seller"]): r.get(metric) for r in rows}
+    cell = {(_label(r), r["seller"]): r.get(metric) for r in rows}
     z = [[cell.get((b, s)) for s in sellers] for b in buyers]
     text = [["" if v is None else f"{v:+.2f}" if metric == "reward_mean" else f"{v:.2f}" for v in row] for row in z]
     fig = go.Figure(go.Heatmap(z=z, x=sellers, y=buyers, text=text, texttemplate="%{text}", colorscale="RdBu",
@@ -180,12 +190,18 @@ def headline(name: str = "eval_results.json") -> str:
             r = rows[b]
             lines.append(f"| {b} | {r['reward_mean']:+.3f} | [{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] "
                          f"| {r['deal_rate']:.1%} | {r['overshoot_rate']:.1%} | {r['format_error_rate']:.1%} |")
-    scripted = [r for b, r in rows.items() if b != "expert" and not b.startswith(TRAINED)]
+    scripted = [r for b, r in rows.items() if b != "expert" and not b.startswith(TRAINED) and not r.get("upper_bound")]
     best = max(scripted, key=lambda r: r["reward_mean"], default=None)
     if best:
         lines.append(f"| best baseline: {best['buyer']} | {best['reward_mean']:+.3f} | "
                      f"[{best['reward_ci95'][0]:+.3f}, {best['reward_ci95'][1]:+.3f}] | {best['deal_rate']:.1%} "
                      f"| {best['overshoot_rate']:.1%} | {best['format_error_rate']:.1%} |")
+    ceiling = next((r for r in rows.values() if r.get("upper_bound")), None)
+    if ceiling:
+        lines.append(f"| ceiling: {ceiling['buyer']}, told each seller's floor (an upper bound, not a baseline) | "
+                     f"{ceiling['reward_mean']:+.3f} | [{ceiling['reward_ci95'][0]:+.3f}, "
+                     f"{ceiling['reward_ci95'][1]:+.3f}] | {ceiling['deal_rate']:.1%} | {ceiling['overshoot_rate']:.1%} "
+                     f"| {ceiling['format_error_rate']:.1%} |")
     r0 = next(iter(rows.values()))
     targets = (read_artifact(name) or {}).get("targets") or {}
     verdicts = "; ".join(f"{k.replace('_', ' ')}: **{'met' if v['met'] else 'missed'}**"

@@ -68,6 +68,9 @@ class EvalConfig:
                                                             "(e.g. base=tiny,sft=runs/sft/final)"})
     buyer_modes: str = field(default="", metadata={"help": "per-model reasoning modes overriding --reasoning_mode: "
                                                            "name=option_b,... (the option_a/option_b ablation)"})
+    oracle: bool = field(default=True, metadata={"help": "add the oracle's rows: a buyer told each scripted seller's "
+                                                         "private floor, the ceiling of each game (an upper bound, "
+                                                         "not a baseline; rows carry upper_bound: true)"})
     seller_model: str = field(default="", metadata={"help": "model seller (replaces --sellers)"})
     seller_name: str = field(default="", metadata={"help": "row label of the model seller"})
     # -- the GPU market

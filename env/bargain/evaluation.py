@@ -74,6 +74,8 @@ def play_cell(scenarios: Sequence[Scenario], make_buyer: Callable[[], Player], m
     """Play every scenario ``seeds_per_product`` times with fresh players; same seeds in every cell."""
     env = BargainEnv(max_turns)
     buyer, seller = make_buyer(), make_seller()
+    if hasattr(buyer, "watch"):  # the oracle (an upper bound) is told the seller's private floor
+        buyer.watch(seller)
     metrics: list[EpisodeMetrics] = []
     transcripts: list[dict] = []
     for i, scenario in enumerate(scenarios):

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
+from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.scenarios import check_budget_factor, get_split, resolve_source
 from training.backends import SamplingConfig
@@ -154,16 +155,20 @@ class BargainGame:
         if config.limit:
             scenarios = scenarios[: config.limit]
         cells, rows, transcripts = {}, [], []
-        total = len(config.buyer_names) * len(config.seller_names) * len(scenarios)
+        oracle = config.oracle and seller_agent is None  # the ceiling is known only for scripted sellers
+        names = config.buyer_names + ([ORACLE] if oracle else [])
+        modes[ORACLE] = config.reasoning_mode
+        total = len(names) * len(config.seller_names) * len(scenarios)
         with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
-            for b in config.buyer_names:
+            for b in names:
                 for s in config.seller_names:
                     if b in buyer_agents or seller_agent:
                         metrics, kept = _model_cell(scenarios, buyer_agents.get(b, b), seller_agent or s, config,
                                                     on_product=lambda: bar.update(1))
                     else:
                         metrics, kept = play_cell(
-                            scenarios, lambda: make_player("buyer", b, config.reasoning_mode),
+                            scenarios, (lambda: OracleBuyer(config.reasoning_mode)) if b == ORACLE
+                            else (lambda: make_player("buyer", b, config.reasoning_mode)),
                             lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
                             config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
                     cells[(b, s)] = metrics
@@ -172,6 +177,9 @@ class BargainGame:
                     transcripts.extend({"buyer": b, "seller": s, **t} for t in kept)
         if len(config.seller_names) > 1:
             rows.extend({**r, "reasoning_mode": modes[r["buyer"]]} for r in mix_rows(cells, config.split, dataset))
+        for r in rows:  # the oracle is told the seller's floor: a ceiling to read the others against
+            if r["buyer"] == ORACLE:
+                r["upper_bound"] = True
         cfg = _recorded(config, ("tasks", "policies", "episodes", "models"))
         if buyer_agents or seller_agent:
             cfg["sampling"] = asdict(sampling)
@@ -192,10 +200,13 @@ class BargainGame:
     def table(artifact: dict) -> str:
         rows = artifact["rows"]
         text = format_table(rows)
-        mix = [r for r in rows if r["seller"] == "mix"]
+        mix = [r for r in rows if r["seller"] == "mix" and not r.get("upper_bound")]
         if mix:
             best = max(mix, key=lambda r: r["reward_mean"])
             text += f"\n\nbest buyer against the seller mix: {best['buyer']} ({best['reward_mean']:+.3f})"
+        ceiling = next((r for r in rows if r["seller"] == "mix" and r.get("upper_bound")), None)
+        if ceiling:
+            text += f"\nceiling (the oracle, told each seller's floor): {ceiling['reward_mean']:+.3f}"
         return text
 
 
