@@ -133,3 +133,27 @@ def test_shipped_training_evaluation_states_its_targets():
     from training.evaluate import target_checks
     data = json.loads((ROOT / "artifacts" / "eval_results.json").read_text())
     assert data["targets"] == target_checks(data["rows"]), "the recorded verdicts follow from the rows"
+
+
+def test_model_buyers_are_evaluated_greedy_and_sampled_with_the_headline_named(tmp_path, tiny_dir):
+    from training import evaluate
+    out = tmp_path / "e.json"
+    evaluate.main(["--scenarios", "builtin", "--buyers", "expert", "--buyer_models", f"base={tiny_dir}",
+                   "--temperatures", "0,0.7", "--limit", "2", "--seeds", "1", "--sellers", "neutral,boulware",
+                   "--max_new_tokens", "16", "--out", str(out), "--transcripts", "", "--progress", "false"])
+    art = json.loads(out.read_text())
+    assert art["sampling"]["headline"] == "greedy" and art["sampling"]["others"] == ["T=0.7"] and art["sampling"]["why"]
+    base = [r for r in art["rows"] if r["buyer"] == "base"]
+    assert {r["seller"] for r in base} == {"neutral", "boulware", "mix"} and {r["sampling"] for r in base} == {"greedy"}
+    other = art["rows_other_sampling"]
+    assert {(r["buyer"], r["sampling"], r["temperature"]) for r in other} == {("base", "T=0.7", 0.7)}
+    assert all("sampling" not in r for r in art["rows"] if r["buyer"] in ("expert", "oracle"))
+    again = tmp_path / "again.json"
+    evaluate.main(["--scenarios", "builtin", "--buyers", "none", "--buyer_models", f"base={tiny_dir}",
+                   "--temperatures", "0", "--limit", "2", "--seeds", "1", "--sellers", "neutral,boulware",
+                   "--max_new_tokens", "16", "--out", str(again), "--transcripts", "", "--progress", "false"])
+    first = [r for r in art["rows"] if r["buyer"] == "base"]
+    assert [r for r in json.loads(again.read_text())["rows"] if r["buyer"] == "base"] == first, "greedy replays"
+    for bad in ("0,0", "x", "3"):
+        with pytest.raises(ValueError, match="--temperatures"):
+            evaluate.EvalConfig(temperatures=bad)

@@ -68,6 +68,10 @@ class EvalConfig:
                                                             "(e.g. base=tiny,sft=runs/sft/final)"})
     buyer_modes: str = field(default="", metadata={"help": "per-model reasoning modes overriding --reasoning_mode: "
                                                            "name=option_b,... (the option_a/option_b ablation)"})
+    temperatures: str = field(default="", metadata={"help": "model players: comma list of sampling temperatures, "
+                                                             "0 = greedy, e.g. '0,0.7'; the first gives the headline "
+                                                             "rows, the others go to rows_other_sampling (default: "
+                                                             "--temperature alone)"})
     oracle: bool = field(default=True, metadata={"help": "add the oracle's rows: a buyer told each scripted seller's "
                                                          "private floor, the ceiling of each game (an upper bound, "
                                                          "not a baseline; rows carry upper_bound: true)"})
@@ -108,7 +112,22 @@ class EvalConfig:
         if self.batch_size < 1:
             raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
         check_budget_factor(self.budget_factor)
+        self.temperature_list = parse_temperatures(self.temperatures)
         game.check_eval(self)
+
+
+def parse_temperatures(value: str) -> list[float]:
+    """``'0,0.7'`` -> ``[0.0, 0.7]`` (empty: none); each a finite number from 0 to 2, no repeats."""
+    temps = []
+    for item in (x.strip() for x in value.split(",") if x.strip()):
+        try:
+            t = float(item)
+        except ValueError:
+            raise ValueError(f"--temperatures: {item!r} is not a number") from None
+        if not 0 <= t <= 2 or t in temps:
+            raise ValueError(f"--temperatures: each must be from 0 (greedy) to 2 and listed once, got {item!r}")
+        temps.append(t)
+    return temps
 
 
 def run(config: EvalConfig, command: str | None = None, sampling: SamplingConfig | None = None) -> dict:

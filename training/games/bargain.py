@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
@@ -154,32 +154,47 @@ class BargainGame:
         scenarios = get_split(dataset, config.split, config.budget_factor)
         if config.limit:
             scenarios = scenarios[: config.limit]
-        cells, rows, transcripts = {}, [], []
+        rows, transcripts = [], []
         oracle = config.oracle and seller_agent is None  # the ceiling is known only for scripted sellers
         names = config.buyer_names + ([ORACLE] if oracle else [])
         modes[ORACLE] = config.reasoning_mode
-        total = len(names) * len(config.seller_names) * len(scenarios)
+        temps = config.temperature_list or [sampling.temperature]
+        total = sum(len(temps) if b in buyer_agents or seller_agent else 1 for b in names) * \
+            len(config.seller_names) * len(scenarios)
+        groups: dict[tuple[str, float | None], dict] = {}  # (buyer, temperature) -> its cells, for the mix rows
         with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
             for b in names:
-                for s in config.seller_names:
-                    if b in buyer_agents or seller_agent:
-                        metrics, kept = _model_cell(scenarios, buyer_agents.get(b, b), seller_agent or s, config,
-                                                    on_product=lambda: bar.update(1))
-                    else:
-                        metrics, kept = play_cell(
-                            scenarios, (lambda: OracleBuyer(config.reasoning_mode)) if b == ORACLE
-                            else (lambda: make_player("buyer", b, config.reasoning_mode)),
-                            lambda: make_player("seller", s, config.reasoning_mode), config.seeds, config.max_turns,
-                            config.seed_base, config.transcripts_per_cell, on_product=lambda: bar.update(1))
-                    cells[(b, s)] = metrics
-                    rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset,
-                                              reasoning_mode=modes[b]))
-                    transcripts.extend({"buyer": b, "seller": s, **t} for t in kept)
+                model = b in buyer_agents or seller_agent is not None
+                for t in temps if model else [None]:
+                    labels = {} if t is None else {"temperature": t, "sampling": sampling_label(t)}
+                    for agent in filter(None, (buyer_agents.get(b), seller_agent)) if model else ():
+                        agent.sampling = agent.backend.sampling = replace(sampling, temperature=t)
+                    for s in config.seller_names:
+                        if model:
+                            metrics, kept = _model_cell(scenarios, buyer_agents.get(b, b), seller_agent or s, config,
+                                                        on_product=lambda: bar.update(1))
+                        else:
+                            metrics, kept = play_cell(
+                                scenarios, (lambda: OracleBuyer(config.reasoning_mode)) if b == ORACLE
+                                else (lambda: make_player("buyer", b, config.reasoning_mode)),
+                                lambda: make_player("seller", s, config.reasoning_mode), config.seeds,
+                                config.max_turns, config.seed_base, config.transcripts_per_cell,
+                                on_product=lambda: bar.update(1))
+                        groups.setdefault((b, t), {})[(b, s)] = metrics
+                        rows.append(summarize_row(metrics, buyer=b, seller=s, split=config.split, dataset=dataset,
+                                                  reasoning_mode=modes[b], **labels))
+                        transcripts.extend({"buyer": b, "seller": s, **labels, **t_} for t_ in kept)
         if len(config.seller_names) > 1:
-            rows.extend({**r, "reasoning_mode": modes[r["buyer"]]} for r in mix_rows(cells, config.split, dataset))
+            for (b, t), cells in groups.items():
+                labels = {} if t is None else {"temperature": t, "sampling": sampling_label(t)}
+                rows.extend({**r, "reasoning_mode": modes[b], **labels} for r in mix_rows(cells, config.split, dataset))
         for r in rows:  # the oracle is told the seller's floor: a ceiling to read the others against
             if r["buyer"] == ORACLE:
                 r["upper_bound"] = True
+        others = []
+        if len(temps) > 1:  # the first temperature is the headline; the others are kept beside it
+            others = [r for r in rows if r.get("temperature") not in (None, temps[0])]
+            rows = [r for r in rows if r.get("temperature") in (None, temps[0])]
         cfg = _recorded(config, ("tasks", "policies", "episodes", "models"))
         if buyer_agents or seller_agent:
             cfg["sampling"] = asdict(sampling)
@@ -188,6 +203,11 @@ class BargainGame:
         seeds = {"base": config.seed_base, "per_product": config.seeds,
                  "rule": "seed = base + product_index * per_product + k"}
         artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+        if buyer_agents or seller_agent:
+            artifact["sampling"] = {"headline": sampling_label(temps[0]), "others": [sampling_label(t) for t in temps[1:]],
+                                    "why": SAMPLING_WHY["greedy" if temps[0] == 0 else "sampled"]}
+        if others:
+            artifact["rows_other_sampling"] = others
         if (checks := target_checks(rows)) is not None:
             artifact["targets"] = checks
         if config.out:
@@ -207,6 +227,11 @@ class BargainGame:
         ceiling = next((r for r in rows if r["seller"] == "mix" and r.get("upper_bound")), None)
         if ceiling:
             text += f"\nceiling (the oracle, told each seller's floor): {ceiling['reward_mean']:+.3f}"
+        if "sampling" in artifact:
+            text += f"\nmodel players above: {artifact['sampling']['headline']}"
+        for label in artifact.get("sampling", {}).get("others", []):
+            text += f"\n\nmodel players at {label}:\n" + format_table(
+                r for r in artifact.get("rows_other_sampling", []) if r["sampling"] == label)
         return text
 
 
@@ -238,6 +263,17 @@ def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[Epis
         metrics += [EpisodeMetrics(**r.metrics) for r in records]
         kept += [r.transcript for r in records][: max(0, config.transcripts_per_cell - len(kept))]
     return metrics, kept
+
+
+SAMPLING_WHY = {
+    "greedy": "greedy decoding is the policy's own best move: deterministic, so every row replays from its seeds, "
+              "and what the Space's model seat plays; sampled rows (as in GRPO's rollouts) are kept beside it",
+    "sampled": "sampling at this temperature is how the policy played during RL; greedy rows are kept beside it",
+}
+
+
+def sampling_label(temperature: float) -> str:
+    return "greedy" if temperature == 0 else f"T={temperature:g}"
 
 
 SCRIPTED_BASELINES = ("always_accept", "split_difference", "lowballer", "offer_budget", "random_valid")
