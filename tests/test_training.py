@@ -41,7 +41,8 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = tmp_path / "artifacts"
     pipe = json.loads((art / "pipeline.json").read_text())
-    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate"]
+    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate",
+                                                    "generalisation"]
     sft_curve = json.loads((art / "sft_training_curve.json").read_text())
     assert PROVENANCE_KEYS <= set(sft_curve["provenance"])
     assert all({"step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy"} <= set(p)
@@ -116,8 +117,43 @@ def test_shipped_training_artifacts_follow_the_contract():
     assert {**a_cfg, "reasoning_mode": "option_b", "curve": ""} == {**b_cfg, "curve": ""}, "same SFT budget"
     # the one command recorded every stage and its wall time
     pipe = json.loads((art / "pipeline.json").read_text())
-    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate"]
+    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate",
+                                                    "generalisation"]
     assert pipe["provenance"]["wall_time_s"] >= sum(s["wall_time_s"] for s in pipe["stages"]) > 0
+
+
+def test_presets_keep_a_seller_out_of_training_and_the_full_one_trains_on_10k_episodes(tmp_path):
+    from env.bargain.players import SELLERS
+    from training import grpo, pipeline
+    for preset in ("default", "full"):
+        plan = dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin", preset))
+        for name in ("sft", "grpo", "sdpo"):
+            cmd = plan[name]
+            sellers = cmd[cmd.index("--sellers") + 1].split(",")
+            assert pipeline.HELD_OUT_SELLER not in sellers and len(sellers) == len(SELLERS) - 1
+        ev = plan["evaluate"]
+        assert ev[ev.index("--temperatures") + 1] == "0,0.7"
+        gen = plan["generalisation"]
+        assert gen[gen.index("--held_out_seller") + 1] == pipeline.HELD_OUT_SELLER
+        steps = int(plan["grpo"][plan["grpo"].index("--max_steps") + 1])
+        cfg = grpo.HaggleGRPOConfig(output_dir=str(tmp_path))
+        episodes = steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+        assert episodes >= (10_000 if preset == "full" else 1_000), (preset, episodes)
+        assert ("sft_option_b" in plan) == (preset == "full")
+
+
+def test_a_rerun_skips_the_stages_an_earlier_run_finished(tmp_path):
+    art = tmp_path / "art"
+    cmd = [sys.executable, "training/pipeline.py", "--only", "tiny", "--workdir", str(tmp_path), "--artifacts", str(art)]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    stage = json.loads((art / "pipeline.json").read_text())["stages"][0]
+    assert stage["stage"] == "tiny" and stage["hardware"] and stage["commit"] and "skipped_now" not in stage
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "finished by an earlier run, skipped" in again.stdout
+    assert json.loads((art / "pipeline.json").read_text())["stages"][0]["skipped_now"] is True
+    redo = subprocess.run(cmd + ["--restart"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "skipped" not in redo.stdout
 
 
 def test_shipped_checkpoint_plays_offline():

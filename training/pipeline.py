@@ -4,63 +4,90 @@ Stages (each a recorded command; each resumes from its own checkpoints if interr
 tiny tokenizer + model -> SFT on expert games (option_a) -> SFT in option_b (the reasoning-format
 ablation, same data and budget) -> GRPO -> SDPO -> evaluation of base, SFT, GRPO and SDPO buyers,
 the option_b SFT buyer and every scripted buyer on the held-out test split -> the trained tiny buyer
-copied to ``artifacts/checkpoints/`` for the Space. Writes ``artifacts/pipeline.json`` with each
-stage's command and wall time.
+copied to ``artifacts/checkpoints/`` for the Space -> the generalisation studies
+(``training/generalisation.py``). One seller persona (``HELD_OUT_SELLER``) is kept out of every
+training stage. Writes ``artifacts/pipeline.json`` with each stage's command, wall time and hardware.
 
-    python training/pipeline.py                 # the full run (see the README for its wall time)
+    python training/pipeline.py                 # the default preset: at most 60 minutes on this CPU
+    nohup python training/pipeline.py --preset full > runs/pipeline.log 2>&1 &   # the shipped run (~2.5 h)
     python training/pipeline.py --smoke --workdir /tmp/haggle-smoke   # minutes: what the tests run
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from training.provenance import REPO_ROOT, provenance, write_json
+from training.provenance import REPO_ROOT, git_commit, machine, provenance, write_json
 
 SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
         "chat_template.jinja", "lineage.json"]
 
 
-# The full run's sizes, chosen to fit the 60-minute budget on a 2-core CPU (see the README);
-# --smoke replaces them with each script's own tiny settings.
-FULL = {"sft": ["--games", "2400"], "rl": ["--max_steps", "20"], "eval": ["--seeds", "2"]}
+# Two presets of one command (README, "Training pipeline"); --smoke replaces the sizes with each
+# script's own tiny settings. ``default`` fits 60 minutes on this 2-core CPU; ``full`` is what the
+# shipped checkpoints and artifacts come from (about 2.5 hours here, in the background: every stage
+# resumes from its checkpoints, and finished stages are skipped on a rerun).
+PRESETS = {
+    "default": {"sft": ["--games", "3000"], "rl": ["--max_steps", "30"], "eval": ["--seeds", "2"],
+                "option_b": False},
+    "full": {"sft": ["--games", "6000"], "rl": ["--max_steps", "160"], "eval": ["--seeds", "4"], "option_b": True},
+}
+# One persona never seen in training (expert games, GRPO and SDPO opponents): the generalisation
+# study (b) reads its row. The adversarial personas are study (c).
+HELD_OUT_SELLER = "tit_for_tat"
+TEMPERATURES = "0,0.7"  # evaluation greedy (the headline) and as sampled in RL
 
 
-def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str) -> list[tuple[str, list[str]]]:
-    """The stage commands. The option_a / option_b ablation trains a second SFT buyer in option_b
-    with the same data and budget (one SFT per format: a shared SFT on both formats learned
-    markedly slower at this size) and evaluates it beside the option_a one."""
+def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str = "default",
+           seller_model: str = "") -> list[tuple[str, list[str]]]:
+    """The stage commands. The option_a / option_b ablation (full preset and smoke) trains a second
+    SFT buyer in option_b with the same data and budget (one SFT per format: a shared SFT on both
+    formats learned markedly slower at this size) and evaluates it beside the option_a one."""
+    from env.bargain.players import SELLERS  # noqa: PLC0415
+
     s = ["--smoke"] if smoke else []
-    size = {k: [] for k in FULL} if smoke else FULL
+    size = {k: [] for k in ("sft", "rl", "eval")} if smoke else PRESETS[preset]
+    option_b = smoke or PRESETS[preset]["option_b"]
+    trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
     tiny, sft = work / "tiny-base", work / "sft" / "final"
-    models = {"base": tiny, "sft": sft, "grpo": work / "grpo" / "final", "sdpo": work / "sdpo" / "final",
-              "sft_option_b": work / "sft-option_b" / "final"}
+    models = {"base": tiny, "sft": sft, "grpo": work / "grpo" / "final", "sdpo": work / "sdpo" / "final"}
+    if option_b:
+        models["sft_option_b"] = work / "sft-option_b" / "final"
     ev = ["--limit", "3", "--seeds", "1", "--max_new_tokens", "24"] if smoke else size["eval"]
 
     def sft_stage(out, curve, mode):
-        return ["training/sft.py", *s, *size["sft"], "--model", str(tiny), "--reasoning_mode", mode,
+        return ["training/sft.py", *s, *size["sft"], *trained_sellers, "--model", str(tiny), "--reasoning_mode", mode,
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
 
     def rl(script, out, curve):
-        return [f"training/{script}.py", *s, *size["rl"], "--model_name_or_path", str(sft),
+        return [f"training/{script}.py", *s, *size["rl"], *trained_sellers, "--model_name_or_path", str(sft),
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
-    return [
+    plan = [
         ("tiny", ["training/models.py", "--out", str(tiny)]),
         ("sft", sft_stage("sft", "sft_training_curve.json", "option_a")),
-        ("sft_option_b", sft_stage("sft-option_b", "sft_option_b_training_curve.json", "option_b")),
+        *([("sft_option_b", sft_stage("sft-option_b", "sft_option_b_training_curve.json", "option_b"))]
+          if option_b else []),
         ("grpo", rl("grpo", "grpo", "grpo_training_curve.json")),
         ("sdpo", rl("sdpo", "sdpo", "sdpo_training_curve.json")),
         ("evaluate", ["training/evaluate.py", "--scenarios", eval_scenarios,
                       "--buyer_models", ",".join(f"{k}={v}" for k, v in models.items()),
-                      "--buyer_modes", "sft_option_b=option_b", *ev,
+                      *(["--buyer_modes", "sft_option_b=option_b"] if option_b else []),
+                      "--temperatures", TEMPERATURES, *ev,
                       "--out", str(art / "eval_results.json"),
                       "--transcripts", str(art / "transcripts" / "eval_results.jsonl"), "--no_progress"]),
+        ("generalisation", ["training/generalisation.py", "--train_source", eval_scenarios,
+                            "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("sft", "grpo", "sdpo")),
+                            "--held_out_seller", HELD_OUT_SELLER, *(["--seller_model", seller_model] if seller_model
+                                                                    else []),
+                            *ev, "--out", str(art / "eval_generalisation.json")]),
     ]
+    return plan
 
 
 def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
@@ -85,26 +112,44 @@ def main(argv: list[str] | None = None) -> dict:
                     "with --smoke)")
     ap.add_argument("--eval-scenarios", default="builtin", help="evaluation scenario source (test split)")
     ap.add_argument("--only", default="", help="comma list of stages to run (default: all)")
+    ap.add_argument("--preset", default="default", choices=sorted(PRESETS),
+                    help="default: at most 60 minutes on a 2-core CPU; full: what the shipped artifacts come from")
+    ap.add_argument("--seller-model", default="", help="a model seller for generalisation study (d) (a SmolLM2 "
+                    "seller SFT'd on scripted sellers' games); without it (d) is recorded as not run")
+    ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
+                    "same commands finished")
     a = ap.parse_args(argv)
     work = Path(a.workdir).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
-    plan = stages(work, art, a.smoke, a.eval_scenarios)
+    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model)
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
+    state_path = work / "pipeline_state.json"  # stages finished by earlier runs of the same commands
+    finished = {} if a.restart or not state_path.exists() else json.loads(state_path.read_text())
     start = time.perf_counter()
-    done = []
+    done, ran = [], False
     for name, cmd in plan:
         if only and name not in only:
             continue
-        t0 = time.perf_counter()
-        print(f"[pipeline] {name}: python {' '.join(cmd)}", flush=True)
+        command = "python " + " ".join(cmd)
+        if not ran and finished.get(name, {}).get("command") == command:  # after a stage reruns, all later ones do
+            print(f"[pipeline] {name}: finished by an earlier run, skipped (--restart to redo)", flush=True)
+            done.append({**finished[name], "skipped_now": True})
+            continue
+        ran, t0 = True, time.perf_counter()
+        print(f"[pipeline] {name}: {command}", flush=True)
         subprocess.run([sys.executable, *cmd], cwd=REPO_ROOT, check=True)
-        done.append({"stage": name, "command": "python " + " ".join(cmd), "wall_time_s": time.perf_counter() - t0})
+        done.append({"stage": name, "command": command, "wall_time_s": time.perf_counter() - t0,
+                     "hardware": machine(), "commit": git_commit()})
+        finished[name] = done[-1]
+        write_json(state_path, finished)
     final = work / "grpo" / "final"
     if final.exists() and not a.smoke:
         ship_checkpoint(final, art / "checkpoints" / "grpo-tiny", done)
-    result = {"provenance": provenance({"smoke": a.smoke, "workdir": str(work), "eval_scenarios": a.eval_scenarios},
+    result = {"provenance": provenance({"smoke": a.smoke, "preset": a.preset, "workdir": str(work),
+                                        "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
+                                        "temperatures": TEMPERATURES, "seller_model": a.seller_model},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
     write_json(art / "pipeline.json", result)
