@@ -171,3 +171,24 @@ def test_shipped_checkpoint_plays_offline():
     env = play_episode(get_split("builtin", "test")[0], LLMPlayer(agent, "buyer"), make_player("seller", "neutral"), 1)
     assert env.metrics().end_reason != "running" and env.log[0]["role"] == "buyer"
 
+
+
+def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every_token_down():
+    import torch
+
+    from training.sdpo import mixed_advantages
+    torch.manual_seed(0)
+    student = -torch.rand(4, 10)
+    teacher = student - 0.8 + 0.3 * torch.randn(4, 10)  # a teacher that scores everything lower, plus signal
+    mask = torch.ones(4, 10)
+    mask[:, 7:] = 0  # environment tokens carry no advantage
+    episode = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    raw, bias = mixed_advantages(episode, teacher, student, mask, lam=0.5, clamp=5.0, center="none")
+    centred, bias2 = mixed_advantages(episode, teacher, student, mask, lam=0.5, clamp=5.0, center="batch")
+    assert bias == bias2 < -0.5
+    dense = (centred - 0.5 * episode.unsqueeze(1)) * mask
+    assert abs(dense.sum().item() / mask.sum().item()) < 1e-5, "the dense term averages zero over buyer tokens"
+    assert ((raw - 0.5 * episode.unsqueeze(1)) * mask).sum().item() / mask.sum().item() == pytest.approx(0.5 * bias)
+    order = lambda a: torch.argsort(a[mask.bool()])  # noqa: E731
+    assert torch.equal(order(raw - 0.5 * episode.unsqueeze(1)), order(dense)), "which tokens it prefers is kept"
+    assert torch.all(centred[:, 7:] == 0.5 * episode.unsqueeze(1).expand(4, 3))
