@@ -203,11 +203,18 @@ def headline(name: str = "eval_results.json") -> str:
                      f"{ceiling['reward_ci95'][1]:+.3f}] | {ceiling['deal_rate']:.1%} | {ceiling['overshoot_rate']:.1%} "
                      f"| {ceiling['format_error_rate']:.1%} |")
     r0 = next(iter(rows.values()))
-    targets = (read_artifact(name) or {}).get("targets") or {}
+    data = read_artifact(name) or {}
+    sampling = data.get("sampling")
+    how = (f"\n\nModel buyers above play **{sampling['headline']}** ({sampling['why']}). "
+           + "".join(f"At {o}: " + ", ".join(f"{r['buyer']} {r['reward_mean']:+.3f}" for r in
+                                               data.get("rows_other_sampling", [])
+                                               if r["seller"] == "mix" and r.get("sampling") == o) + ". "
+                     for o in sampling.get("others", []))) if sampling else ""
+    targets = data.get("targets") or {}
     verdicts = "; ".join(f"{k.replace('_', ' ')}: **{'met' if v['met'] else 'missed'}**"
                          for k, v in targets.items() if isinstance(v, dict) and "met" in v)
     return ("| buyer | reward vs seller mix | 95% CI | deal rate | overshoot | format errors |\n|---|---|---|---|---|---|\n"
-            + "\n".join(lines) + f"\n\n{r0['episodes']} held-out episodes per buyer ({r0['dataset']} test split). "
+            + "\n".join(lines) + how + f"\n\n{r0['episodes']} held-out episodes per buyer ({r0['dataset']} test split). "
             + provenance_line(read_artifact(name), name)
             + (f"\n\nTraining targets, checked on these rows by `training/evaluate.py`: {verdicts}." if verdicts else ""))
 

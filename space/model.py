@@ -37,8 +37,9 @@ def _backend():
         from training.models import load_model  # noqa: PLC0415
 
         model, tokenizer = load_model(model_path())
-        # The evaluation's sampling settings, so the Space plays the model that was evaluated.
-        _loaded["backend"] = TransformersBackend(model, tokenizer, SamplingConfig())
+        # Greedy, as the headline evaluation rows (artifacts/eval_results.json, "sampling"): the Space
+        # plays the model that was evaluated, and a game replays from its seed.
+        _loaded["backend"] = TransformersBackend(model, tokenizer, SamplingConfig(temperature=0.0))
     return _loaded["backend"]
 
 

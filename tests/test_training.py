@@ -192,3 +192,31 @@ def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every
     order = lambda a: torch.argsort(a[mask.bool()])  # noqa: E731
     assert torch.equal(order(raw - 0.5 * episode.unsqueeze(1)), order(dense)), "which tokens it prefers is kept"
     assert torch.all(centred[:, 7:] == 0.5 * episode.unsqueeze(1).expand(4, 3))
+
+
+def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny_dir, tmp_path):
+    from training import evaluate
+    from training.backends import TransformersBackend
+    from training.games.bargain import BargainGame
+    from training.models import load_model
+    from training.rollout import LLMAgent
+
+    script = sft.SFTScriptArguments(model=str(tiny_dir), role="seller", sellers="neutral,insulting", games=8)
+    game = BargainGame(script)
+    model, tok = load_model(str(tiny_dir), device="cpu")
+    data, rewards = game.expert_games([LLMAgent(TransformersBackend(model, tok), "option_a")], 8, role="seller")
+    assert len(data) == 8 and all(0 <= r <= 1 for r in rewards), "the seller's reward: never below cost"
+    for ids, mask in zip(data["input_ids"], data["completion_mask"]):
+        trained = tok.decode([t for t, m in zip(ids, mask) if m])
+        assert "floor" in trained and ("[SELL]" in trained or "[DEAL]" in trained)  # the seller's own moves
+        assert "[BUY]" not in trained, "the buyer's moves carry no loss"
+    _, final = sft.main(["--smoke", "--model", str(tiny_dir), "--role", "seller", "--output_dir", str(tmp_path / "s"),
+                         "--curve", ""])
+    art = evaluate.run(evaluate.EvalConfig(scenarios="builtin", buyers="expert", seller_model=str(final),
+                                           seller_name="llm_seller", limit=2, seeds=1, out="", transcripts="",
+                                           progress=False, temperatures="0"))
+    rows = [r for r in art["rows"] if r["seller"] == "llm_seller"]
+    assert rows and not any(r["buyer"] == "oracle" for r in art["rows"]), "no ceiling without a scripted floor"
+    assert rows[0]["episodes"] == 2
+    with pytest.raises(ValueError, match="--role"):
+        sft.SFTScriptArguments(role="auctioneer")

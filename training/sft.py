@@ -41,9 +41,17 @@ class SFTScriptArguments(GameArguments):
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
     lora: str = field(default="auto", metadata={"help": "train a LoRA adapter (PEFT, r=16, every linear layer): auto "
                                                         "(for pretrained models, not the tiny one), yes or no"})
+    role: str = field(default="buyer", metadata={
+        "help": "buyer (clone the expert buyer against the seller mix) or seller (clone the scripted sellers of "
+                "--sellers against the scripted buyers: a model seller, e.g. the frozen opponent of "
+                "generalisation study (d)); bilateral game only"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
+        if self.role not in ("buyer", "seller"):
+            raise ValueError(f"--role must be buyer or seller, got {self.role!r}")
+        if self.role == "seller" and self.env != "bargain":
+            raise ValueError("--role seller is for the bilateral game (--env bargain)")
         if self.games < 1:
             raise ValueError(f"--games must be at least 1, got {self.games}")
         if self.lora not in ("auto", "yes", "no"):
@@ -101,12 +109,12 @@ def main(argv: list[str] | None = None):
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
     backend = TransformersBackend(model, tok)
     agents = [LLMAgent(backend, mode) for mode in script.modes]
-    dataset, rewards = game.expert_games(agents, script.games)
+    dataset, rewards = game.expert_games(agents, script.games, role=script.role)
     longest = max(len(x) for x in dataset["input_ids"])
     if cfg.max_length and longest > cfg.max_length:
         print(f"note: expert games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
-    print(f"{len(dataset)} expert games (mean expert reward {sum(rewards) / len(rewards):+.3f}); "
+    print(f"{len(dataset)} expert games (mean {script.role} reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
     lora = script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,

@@ -79,22 +79,30 @@ class BargainGame:
                 "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
                 "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records)}
 
-    def expert_games(self, agents, games: int):
-        """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the buyer's
-        tokens). Game ``i`` is train product ``i mod len(train)`` with seed ``i`` against seller
+    def expert_games(self, agents, games: int, role: str = "buyer"):
+        """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained
+        role's tokens). Game ``i`` is train product ``i mod len(train)`` with seed ``i`` against seller
         ``i mod len(sellers)``; with several agents (one per reasoning format) successive rounds of
-        the seller cycle alternate formats."""
+        the seller cycle alternate formats. ``role="seller"``: the model learns the seller of game
+        ``i`` (persona ``i mod len(sellers)``) against scripted buyer ``(i div len(sellers)) mod
+        len(BUYERS)``; the records carry the seller's reward."""
         from datasets import Dataset  # noqa: PLC0415
 
         from training.rollout import Teacher, play_episodes  # noqa: PLC0415
 
         sellers, scenarios = self.script.seller_names, self.train
+        buyers = list(BUYERS)
         ids, masks, rewards = [], [], []
         for j, seller in enumerate(sellers):
             for k, agent in enumerate(agents):
                 games_jk = [i for i in range(j, games, len(sellers)) if (i // len(sellers)) % len(agents) == k]
                 episodes = [(scenarios[i % len(scenarios)], i) for i in games_jk]
-                for rec in play_episodes(episodes, Teacher("expert", agent), seller, self.script.max_turns):
+                if role == "seller":
+                    records = play_episodes(episodes, [buyers[(i // len(sellers)) % len(buyers)] for i in games_jk],
+                                            Teacher(seller, agent), self.script.max_turns, trained_role="seller")
+                else:
+                    records = play_episodes(episodes, Teacher("expert", agent), seller, self.script.max_turns)
+                for rec in records:
                     ids.append(rec.prompt_ids + rec.completion_ids)
                     masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
                     rewards.append(rec.reward)
@@ -103,6 +111,8 @@ class BargainGame:
     def expert_seed_rule(self, agents: int) -> str:
         n = len(self.script.seller_names)
         return (f"game i: train product i mod {len(self.train)}, seed i, seller i mod {n}"
+                + (f", scripted buyer (i div {n}) mod {len(BUYERS)}" if getattr(self.script, "role", "") == "seller"
+                   else "")
                 + (f", format (i div {n}) mod {agents}" if agents > 1 else ""))
 
     # ------------------------------------------------------------------ evaluation

@@ -82,7 +82,7 @@ class MarketGame:
                 "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
                 "actions_mean": statistics.fmean(o["actions"] for o in outs)}
 
-    def expert_games(self, agents, games: int):
+    def expert_games(self, agents, games: int, role: str = "buyer"):
         """Market expert games (lab 0) as token streams, exactly as the market rollout engine builds
         them when the model plays. Game ``i`` is task ``i mod len(tasks)`` with seed ``i``; with
         several agents (reasoning formats) games alternate formats."""
