@@ -34,9 +34,12 @@ SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer
 # shipped checkpoints and artifacts come from (about 2.5 hours here, in the background: every stage
 # resumes from its checkpoints, and finished stages are skipped on a rerun).
 PRESETS = {
-    "default": {"sft": ["--games", "3000"], "rl": ["--max_steps", "30"], "eval": ["--seeds", "2"],
-                "option_b": False},
-    "full": {"sft": ["--games", "6000"], "rl": ["--max_steps", "160"], "eval": ["--seeds", "4"], "option_b": True},
+    "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
+                "eval": ["--seeds", "2"], "option_b": False},
+    # GRPO runs 160 steps of 64 episodes (10,240); SDPO half as long, compared with GRPO's curve at
+    # equal episodes (both curves log episodes per step)
+    "full": {"sft": ["--games", "4000"], "grpo": ["--max_steps", "160"], "sdpo": ["--max_steps", "80"],
+             "eval": ["--seeds", "2"], "option_b": True},
 }
 # One persona never seen in training (expert games, GRPO and SDPO opponents): the generalisation
 # study (b) reads its row. The adversarial personas are study (c).
@@ -52,7 +55,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
     from env.bargain.players import SELLERS  # noqa: PLC0415
 
     s = ["--smoke"] if smoke else []
-    size = {k: [] for k in ("sft", "rl", "eval")} if smoke else PRESETS[preset]
+    size = {k: [] for k in ("sft", "grpo", "sdpo", "eval")} if smoke else PRESETS[preset]
     option_b = smoke or PRESETS[preset]["option_b"]
     trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
     tiny, sft = work / "tiny-base", work / "sft" / "final"
@@ -66,7 +69,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
 
     def rl(script, out, curve):
-        return [f"training/{script}.py", *s, *size["rl"], *trained_sellers, "--model_name_or_path", str(sft),
+        return [f"training/{script}.py", *s, *size[script], *trained_sellers, "--model_name_or_path", str(sft),
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
     plan = [
         ("tiny", ["training/models.py", "--out", str(tiny)]),
