@@ -145,7 +145,8 @@ def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto",
     path = resolve_model_path(name)
     adapter = Path(path, "adapter_config.json")
     base = json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
-    tokenizer = AutoTokenizer.from_pretrained(path if Path(path, "tokenizer_config.json").is_file() else base)
+    tokenizer = AutoTokenizer.from_pretrained(path if Path(path, "tokenizer_config.json").is_file()
+                                              else resolve_model_path(base))  # an adapter shipped without one
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -48,7 +48,7 @@ TEMPERATURES = "0,0.7"  # evaluation greedy (the headline) and as sampled in RL
 
 
 def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str = "default",
-           seller_model: str = "") -> list[tuple[str, list[str]]]:
+           seller_model: str = "", extra_buyers: str = "") -> list[tuple[str, list[str]]]:
     """The stage commands. The option_a / option_b ablation (full preset and smoke) trains a second
     SFT buyer in option_b with the same data and budget (one SFT per format: a shared SFT on both
     formats learned markedly slower at this size) and evaluates it beside the option_a one."""
@@ -79,7 +79,8 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
         ("grpo", rl("grpo", "grpo", "grpo_training_curve.json")),
         ("sdpo", rl("sdpo", "sdpo", "sdpo_training_curve.json")),
         ("evaluate", ["training/evaluate.py", "--scenarios", eval_scenarios,
-                      "--buyer_models", ",".join(f"{k}={v}" for k, v in models.items()),
+                      "--buyer_models", ",".join([*(f"{k}={v}" for k, v in models.items()),
+                                                  *([extra_buyers] if extra_buyers else [])]),
                       *(["--buyer_modes", "sft_option_b=option_b"] if option_b else []),
                       "--temperatures", TEMPERATURES, *ev,
                       "--out", str(art / "eval_results.json"),
@@ -119,12 +120,14 @@ def main(argv: list[str] | None = None) -> dict:
                     help="default: at most 60 minutes on a 2-core CPU; full: what the shipped artifacts come from")
     ap.add_argument("--seller-model", default="", help="a model seller for generalisation study (d) (a SmolLM2 "
                     "seller SFT'd on scripted sellers' games); without it (d) is recorded as not run")
+    ap.add_argument("--extra-buyers", default="", help="more model buyers for the evaluation stage, name=path,... "
+                    "(e.g. smollm2_base=smollm2-135m,smollm2_sft=artifacts/checkpoints/sft-smollm2)")
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)
     work = Path(a.workdir).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
-    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model)
+    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers)
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
@@ -152,7 +155,8 @@ def main(argv: list[str] | None = None) -> dict:
         ship_checkpoint(final, art / "checkpoints" / "grpo-tiny", done)
     result = {"provenance": provenance({"smoke": a.smoke, "preset": a.preset, "workdir": str(work),
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
-                                        "temperatures": TEMPERATURES, "seller_model": a.seller_model},
+                                        "temperatures": TEMPERATURES, "seller_model": a.seller_model,
+                                        "extra_buyers": a.extra_buyers},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
     write_json(art / "pipeline.json", result)
