@@ -109,3 +109,23 @@ def test_a_wheel_carries_every_package_and_imports_the_games(tmp_path):
             "e = play_market('single_trade', 1, make_policy('expert')); print(env.market.__file__, e.done)")
     out = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert str(tmp_path / "venv") in out and out.strip().endswith("True")
+
+
+def test_provenance_calls_code_changes_dirty_but_not_artifacts_written_by_earlier_stages(tmp_path, monkeypatch):
+    import subprocess
+
+    from training import provenance
+    repo = tmp_path / "repo"
+    (repo / "artifacts").mkdir(parents=True)
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "artifacts" / "curve.json").write_text("{}\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        subprocess.run(git + cmd, cwd=repo, check=True)
+    monkeypatch.setattr(provenance, "REPO_ROOT", repo)
+    clean = provenance.git_commit()
+    assert len(clean) == 40
+    (repo / "artifacts" / "curve.json").write_text('{"points": []}\n')
+    assert provenance.git_commit() == clean
+    (repo / "code.py").write_text("x = 2\n")
+    assert provenance.git_commit() == clean + "-dirty"
