@@ -31,10 +31,10 @@ from space import figures as F
 from space import market as M
 from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, available_sources, check_seed, choices, \
     view
-from space.model import ENV_VAR, load_seat, model_label
+from space.model import ENV_VAR, load_seat, model_label, model_roles
 
 ROOT = Path(__file__).resolve().parent
-GAMES = GameStore(model_loader=load_seat)
+GAMES = GameStore(model_loader=load_seat, model_roles=model_roles)
 MARKETS = M.MarketGames()
 MAX_EVAL_EPISODES = {"scripted": 14000, MODEL: 28}  # episodes in all (a mix plays every seller)
 MAX_MARKET_EPISODES = 2000
@@ -257,7 +257,8 @@ def product_choices(source: str) -> list[tuple[str, int]]:
 def players_table() -> list[list]:
     rows = [["buyer", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in BUYERS.items()]
     rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in SELLERS.items()]
-    rows.append(["either", MODEL, f"the trained checkpoint ({model_label()}; ${ENV_VAR} for another)"])
+    rows.append([" and ".join(model_roles()), MODEL, f"the trained checkpoint ({model_label()}; ${ENV_VAR} for "
+                                                     "another), seated only in the roles it was trained for"])
     rows.append(["either", HUMAN, "you, typing offers in the Play tab"])
     return rows
 
@@ -457,12 +458,14 @@ def _play_tab() -> None:
     """The "Play" tab."""
     session = gr.State("")
     with gr.Row():
-        buyer = gr.Dropdown(choices(BUYER), value=HUMAN, label="Buyer")
-        seller = gr.Dropdown(choices(SELLER), value="neutral", label="Seller")
+        buyer = gr.Dropdown(choices(BUYER, model_roles()), value=HUMAN, label="Buyer")
+        seller = gr.Dropdown(choices(SELLER, model_roles()), value="neutral", label="Seller")
         mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
         source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
         product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
-        seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed",
+                         info="A game replays exactly from its seed: the same product draw, the same scripted "
+                              "moves and the same model replies (the model plays greedily).")
     start = gr.Button("Start game", variant="primary", elem_id="start-game")
     card = gr.Markdown(elem_id="game-card")
     chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,

@@ -40,18 +40,22 @@ def check_seed(seed) -> int:
         return play.check_seed(seed)
 
 
-def choices(role: str) -> list[str]:
-    """Who may sit in ``role``: scripted players, the trained model and a person."""
-    return [*(BUYERS if role == BUYER else SELLERS), MODEL, HUMAN]
+def choices(role: str, model_roles: tuple[str, ...] | list[str] = (BUYER,)) -> list[str]:
+    """Who may sit in ``role``: scripted players, the trained model (only in a role it was trained
+    for) and a person."""
+    return [*(BUYERS if role == BUYER else SELLERS), *([MODEL] if role in model_roles else []), HUMAN]
 
 
-def _seat(role: str, name: str, mode: str, model_loader):
+def _seat(role: str, name: str, mode: str, model_loader, model_roles=(BUYER,)):
     if name == HUMAN:
         return None
     if name == MODEL:
+        if role not in model_roles:
+            raise GameError(f"the model was trained as the {' and '.join(model_roles)} only, not the {role}; "
+                            f"choose from {', '.join(choices(role, model_roles))}")
         return model_loader(role, mode)
     if name not in (BUYERS if role == BUYER else SELLERS):
-        raise GameError(f"unknown {role} {name!r}; choose from {', '.join(choices(role))}")
+        raise GameError(f"unknown {role} {name!r}; choose from {', '.join(choices(role, model_roles))}")
     return make_player(role, name, mode)
 
 
@@ -77,9 +81,14 @@ class Game:
 class GameStore(SessionStore):
     """Live bilateral games by session id, bounded in number, forgotten after ``idle_s`` without a move."""
 
-    def __init__(self, model_loader=None, max_sessions: int = 1000, idle_s: float = 1800.0):
+    def __init__(self, model_loader=None, max_sessions: int = 1000, idle_s: float = 1800.0, model_roles=None):
         super().__init__(max_sessions, idle_s)
         self.model_loader = model_loader or _no_model
+        self._model_roles = model_roles  # a callable: the roles the model was trained for
+
+    @property
+    def model_roles(self) -> list[str]:
+        return list(self._model_roles()) if self._model_roles else [BUYER]
 
     @staticmethod
     def view(game: Game) -> dict:
@@ -97,8 +106,9 @@ class GameStore(SessionStore):
             check_mode(reasoning_mode)
             check_max_turns(max_turns)
             product, scenario = pick_scenario(source, "test", product, play.check_seed(seed))
-        match = Match(scenario, _seat(BUYER, buyer, reasoning_mode, self.model_loader),
-                      _seat(SELLER, seller, reasoning_mode, self.model_loader), seed, max_turns)
+        roles = self.model_roles if MODEL in (buyer, seller) else [BUYER]
+        match = Match(scenario, _seat(BUYER, buyer, reasoning_mode, self.model_loader, roles),
+                      _seat(SELLER, seller, reasoning_mode, self.model_loader, roles), seed, max_turns)
         game = Game(secrets.token_hex(16), product, reasoning_mode, {BUYER: buyer, SELLER: seller}, match)
         if advance:
             match.advance()

@@ -31,6 +31,16 @@ def model_label() -> str:
     return Path(path).name if Path(path).exists() else path
 
 
+def model_roles() -> list[str]:
+    """The bilateral roles the model was trained for (its lineage; a model without one is taken
+    for a buyer, the role every Haggle script trains by default)."""
+    from training.provenance import read_lineage, trained_roles  # noqa: PLC0415
+
+    path = model_path()
+    roles = [r for r in trained_roles(read_lineage(path) if Path(path).is_dir() else None) if r in ("buyer", "seller")]
+    return roles or ["buyer"]
+
+
 def _backend():
     if "backend" not in _loaded:
         from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415

@@ -80,3 +80,31 @@ def test_before_after_and_artifact_views():
     assert app.read_artifact("transcripts/eval_results.jsonl")["records"]
     with pytest.raises(gr.Error):
         app.read_artifact("no/such/file.json")
+
+
+def test_the_model_is_offered_only_in_the_roles_it_was_trained_for(tmp_path, monkeypatch):
+    from space import model as seat
+    from space.games import choices
+    from training.provenance import trained_roles
+    assert seat.model_roles() == ["buyer"], "the shipped checkpoint is a buyer"
+    assert "model" in choices("buyer", seat.model_roles()) and "model" not in choices("seller", seat.model_roles())
+    with pytest.raises(gr.Error, match="trained as the buyer only"):
+        app.start_game(buyer="expert", seller="model")
+    with pytest.raises(gr.Error, match="trained as the buyer only"):
+        app.play_episode(buyer="expert", seller="model")
+    assert trained_roles({"stages": [{"stage": "build"}, {"stage": "sft", "role": "seller"}]}) == ["seller"]
+    assert trained_roles({"stages": [{"stage": "sft"}, {"stage": "grpo", "role": "buyer"}]}) == ["buyer"]
+    folder = tmp_path / "seller-model"
+    folder.mkdir()
+    (folder / "lineage.json").write_text('{"base_model": "x", "stages": [{"stage": "sft", "role": "seller"}]}')
+    monkeypatch.setenv(seat.ENV_VAR, str(folder))
+    assert seat.model_roles() == ["seller"]
+    assert "model" in choices("seller", seat.model_roles()) and "model" not in choices("buyer", seat.model_roles())
+
+
+def test_a_model_game_replays_from_its_seed():
+    first = app.play_episode(buyer="model", seller="conceder", product=3, seed=5)
+    again = app.play_episode(buyer="model", seller="conceder", product=3, seed=5)
+    assert first["transcript"] == again["transcript"] and first["outcome"] == again["outcome"]
+    other = app.play_episode(buyer="model", seller="conceder", product=3, seed=6)
+    assert other["transcript"]["seed"] == 6

@@ -194,7 +194,7 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
     lora = hasattr(trainer.model, "merge_and_unload")
     trainer.model.save_pretrained(final)  # with LoRA: the adapter alone (a few MB) over its base
     trainer.processing_class.save_pretrained(final)
-    write_lineage(final, path, Path(script_path).stem)
+    write_lineage(final, path, Path(script_path).stem, role=game.role)
     if lora:  # name the base as load_model finds it anywhere: the lineage's base model, else PEFT's record
         upstream = read_lineage(path)
         base = upstream["base_model"] if upstream else \

@@ -67,13 +67,24 @@ def command_line(script: str | None = None, argv: list[str] | None = None) -> st
 LINEAGE = "lineage.json"
 
 
-def write_lineage(folder: str | os.PathLike, parent: str, stage: str) -> None:
+def write_lineage(folder: str | os.PathLike, parent: str, stage: str, role: str | None = None) -> None:
     """Record in a saved model folder what it was trained from: the original base model (a Hub id,
-    or ``haggle-tiny`` for the locally built tiny model) and the chain of stages."""
+    or ``haggle-tiny`` for the locally built tiny model) and the chain of stages, each with the
+    role it trained (``buyer`` or ``seller``; the Space seats a model only in its trained roles)."""
     up = read_lineage(parent)
     base = up["base_model"] if up else parent
-    stages = (up["stages"] if up else []) + [{"stage": stage, "from": str(parent), "commit": git_commit()}]
+    entry = {"stage": stage, "from": str(parent), "commit": git_commit()}
+    if role:
+        entry["role"] = role
+    stages = (up["stages"] if up else []) + [entry]
     write_json(Path(folder) / LINEAGE, {"base_model": base, "stages": stages})
+
+
+def trained_roles(lineage: dict | None) -> list[str]:
+    """The roles a model was trained to play, from its lineage: each training stage's ``role``
+    (stages recorded before roles were written trained the buyer, the only role they could)."""
+    stages = [s for s in (lineage or {}).get("stages", []) if s.get("stage") in ("sft", "grpo", "sdpo")]
+    return sorted({s.get("role", "buyer") for s in stages})
 
 
 def read_lineage(folder: str | os.PathLike) -> dict | None:

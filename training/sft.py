@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None):
     trainer.save_model(str(final))  # with LoRA: the adapter alone (a few MB), its base named for load_model
     tok.save_pretrained(final)
     save_adapter_base(final, script.model)
-    write_lineage(final, resolve_model_path(script.model), "sft")
+    write_lineage(final, resolve_model_path(script.model), "sft",
+                  role=script.role if script.env == "bargain" else game.role)
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(game.train), "checkpoint": str(final), "resumed": resume, "lora": lora,
