@@ -31,7 +31,8 @@ from space import figures as F
 from space import market as M
 from space.games import HUMAN, HUMAN_ACTIONS, MODEL, GameError, GameStore, available_sources, check_seed, choices, \
     view
-from space.model import ENV_VAR, load_seat, model_label, model_roles
+from space.card import model_card
+from space.model import ENV_VAR, load_seat, model_label, model_path, model_roles
 
 ROOT = Path(__file__).resolve().parent
 GAMES = GameStore(model_loader=load_seat, model_roles=model_roles)
@@ -254,6 +255,18 @@ def product_choices(source: str) -> list[tuple[str, int]]:
                                             for i, s in enumerate(get_split(source, "test"))]
 
 
+def models_overview() -> str:
+    """A card for the model in the model seat and for every other shipped checkpoint."""
+    seat = Path(model_path())
+    cards = [model_card(seat, "In the model seat") if seat.is_dir() else
+             f"**In the model seat: `{seat}`** (from ${ENV_VAR}; no local folder to describe)."]
+    shipped = sorted(p for p in (F.ARTIFACTS / "checkpoints").iterdir() if p.is_dir()) \
+        if (F.ARTIFACTS / "checkpoints").is_dir() else []
+    cards += [model_card(p, f"Also shipped (HAGGLE_MODEL={p.relative_to(F.ARTIFACTS.parent)})") for p in shipped
+              if p.resolve() != seat.resolve()]
+    return "\n\n".join(cards)
+
+
 def players_table() -> list[list]:
     rows = [["buyer", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in BUYERS.items()]
     rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in SELLERS.items()]
@@ -280,6 +293,9 @@ def _game_outputs(state: dict):
         offer = state.get("their_offer")
         card += f"\n\nYou are the **{you}**. " + (f"Their standing offer: ${offer:,.2f}." if offer else
                                                   "No offer from them yet.")
+    if MODEL in (state["buyer"], state["seller"]) and Path(model_path()).is_dir():
+        card += ("\n\n<details><summary>What plays as <code>model</code></summary>\n\n"
+                 + model_card(model_path(), "The model") + "\n\n</details>")
     outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
     return state["messages"], card, outcome, gr.update(visible=bool(you) and not state["done"])
 
@@ -450,6 +466,7 @@ def _glance_tab() -> None:
                                             "conflicting interest", "categories", "test products"],
                  label="Scenarios (task: bilateral price negotiation)", interactive=False)
     gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
+    gr.Markdown("### The models\n" + models_overview(), elem_id="model-cards")
     gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
                  interactive=False, wrap=True)
 

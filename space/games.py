@@ -192,7 +192,9 @@ def view(game: Game) -> dict:
                       "their_offer": obs.their_offer, "messages": role_messages(env, human)})
     if env.done:
         m = env.metrics()
-        state["outcome"] = {**m.to_dict(), "explanation": explain(s, m)}
+        state["outcome"] = {**m.to_dict(), "seller_reward": env.reward_of(SELLER),
+                            "seller_surplus": None if m.price is None else round(m.price - s.cost, 2),
+                            "explanation": explain(s, m)}
     return state
 
 
@@ -221,11 +223,28 @@ def turn_messages(turns: list[dict]) -> list[dict]:
     return out
 
 
+REFUSED = {  # why the environment refused a seller's move, in the seller's words
+    "below_cost": "you cannot sell below your cost",
+    "wrong_role_action": "a seller offers with [SELL], not [BUY]",
+    "no_offer_to_accept": "there is no buyer offer to accept yet",
+    "deal_price_mismatch": "[DEAL] must name the buyer's standing offer",
+}
+
+
 def role_messages(env: BargainEnv, role: str) -> list[dict]:
-    """What ``role`` has seen: its own public replies and the opponent's messages as delivered."""
+    """What ``role`` has seen: its own public replies and the opponent's messages as delivered. A
+    seller whose move was refused is told why, at once (the buyer sees only that it was refused)."""
     out = []
+    refused = iter([e for e in env.log if e["role"] == SELLER and e["error"]])
     for msg in env.observe(role).history:
         note = f"\n\n*({msg.note})*" if msg.note else ""
+        if msg.note and msg.role == SELLER and role == SELLER:
+            entry = next(refused, None)
+            if entry is not None:
+                offered = f" ({entry['action'].render()})" if entry.get("action") else ""
+                why = REFUSED.get(entry["error"], f"it could not be read ({entry['error']})")
+                note = (f"\n\n**Your move{offered} was refused: {why}** (cost {format_price(env.scenario.cost)}). "
+                        f"It counts as [REJECT].")
         out.append({"role": _chat_role(msg.role), "content": f"**{msg.role}**: {msg.talk}\n\n`{msg.action.render()}`"
                     + note})
     return out
@@ -238,10 +257,14 @@ def explain(s: Scenario, m) -> str:
     if m.end_reason == "deal":
         gap = max(abs(s.budget - s.cost), 1.0)
         raw = bargained_ratio(s.budget, s.cost, m.price)
+        seller = min(1.0, (m.price - s.cost) / gap)
         return (head + f"Deal at {format_price(m.price)}. Buyer reward = clip((budget − price) / |budget − cost|, −1, 1)"
-                f" = clip(({s.budget:.2f} − {m.price:.2f}) / {gap:.2f}) = clip({raw:+.3f}) = **{m.reward:+.3f}**.")
+                f" = clip(({s.budget:.2f} − {m.price:.2f}) / {gap:.2f}) = clip({raw:+.3f}) = **{m.reward:+.3f}**. "
+                f"Seller surplus over cost = {format_price(m.price - s.cost)}; seller reward = clip((price − cost) / "
+                f"|budget − cost|) = **{seller:+.3f}**.")
     why = {"turn_limit": "no deal before the turn limit", "buyer_quit": "the buyer walked away",
            "seller_quit": "the seller walked away", "buyer_format_error": "the buyer's reply could not be read",
            "buyer_invalid_move": "the buyer made an illegal move", "buyer_over_budget": "the buyer went over budget"}
     return head + f"No deal: {why.get(m.end_reason, m.end_reason)}. Buyer reward **{m.reward:+.3f}** " \
-        "(0 without a deal; −1 for an unreadable reply, an illegal move or going over budget)."
+        "(0 without a deal; −1 for an unreadable reply, an illegal move or going over budget); seller surplus " \
+        "$0.00, seller reward **+0.000** (nothing sold)."

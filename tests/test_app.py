@@ -108,3 +108,21 @@ def test_a_model_game_replays_from_its_seed():
     assert first["transcript"] == again["transcript"] and first["outcome"] == again["outcome"]
     other = app.play_episode(buyer="model", seller="conceder", product=3, seed=6)
     assert other["transcript"]["seed"] == 6
+
+
+def test_a_person_selling_is_told_at_once_why_a_move_was_refused_and_sees_their_surplus():
+    state = app.start_game(buyer="expert", seller="human", product=2, seed=1)
+    cost = state["cost"]
+    state = app.send_reply(state["session_id"], "offer", price=round(cost / 2, 2), talk="cheap!")
+    assert not state["done"]
+    refused = [m["content"] for m in state["messages"] if "was refused" in m["content"]]
+    assert len(refused) == 1 and "below your cost" in refused[0] and "[REJECT]" in refused[0]
+    while not state["done"]:
+        state = app.send_reply(state["session_id"], "accept" if state.get("their_offer") else "offer",
+                               price=round(cost * 1.5, 2))
+    out = state["outcome"]
+    if out["deal"]:
+        assert out["seller_surplus"] == round(out["price"] - state["cost"], 2) >= 0
+        assert 0 <= out["seller_reward"] <= 1 and "Seller surplus over cost" in out["explanation"]
+    else:
+        assert out["seller_surplus"] is None and out["seller_reward"] == 0.0

@@ -232,3 +232,25 @@ def test_every_artifact_is_listed_with_provenance():
     for name, row in listed.items():
         if name.endswith(".json") and not name.startswith("checkpoints/"):
             assert row["command"] and row["commit"], f"{name} lacks provenance"
+
+
+def test_model_cards_say_what_plays_from_the_files_alone():
+    from space import figures as F
+    from space.card import card_facts, model_card
+    import app
+    tiny = card_facts(F.ARTIFACTS / "checkpoints" / "grpo-tiny")
+    assert tiny["base_model"] == "haggle-tiny" and 3e6 < tiny["parameters"] < 4e6 and not tiny["adapter"]
+    assert tiny["stages"][-1] == "grpo" and tiny["roles"] == ["buyer"]
+    assert all(t["command"] and t["wall_time_s"] and t["machine"] for t in tiny["training"])
+    smol = card_facts(F.ARTIFACTS / "checkpoints" / "sft-smollm2")
+    assert smol["adapter"] and smol["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert 4e6 < smol["adapter_parameters"] < 6e6 and 130e6 < smol["parameters"] < 140e6
+    assert smol["training"][0]["games"] == 400 and smol["training"][0]["steps"] == 100
+    text = model_card(F.ARTIFACTS / "checkpoints" / "sft-smollm2")
+    assert "SmolLM2-135M-Instruct" in text and "LoRA adapter" in text and "400 expert games" in text
+    overview = app.models_overview()
+    assert "In the model seat: `grpo-tiny`" in overview and "sft-smollm2" in overview
+    for row_buyer in (tiny["eval_buyer"], smol["eval_buyer"]):
+        rows = [r for r in F.eval_rows("eval_results.json", "mix") if r["buyer"] == row_buyer]
+        if rows:
+            assert f"{rows[0]['reward_mean']:+.3f}" in overview

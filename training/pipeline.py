@@ -100,6 +100,8 @@ def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
     for f in SHIP:
         if (final / f).exists():
             shutil.copy2(final / f, ship / f)
+    write_json(ship / "card.json", {"eval_buyer": "grpo", "curves": ["sft_training_curve.json",
+                                                                      "grpo_training_curve.json"]})
     made = "\n".join(f"    {d['command']}" for d in done if d["stage"] in ("tiny", "sft", "grpo"))
     (ship / "PROVENANCE.md").write_text(
         f"# grpo-tiny\n\nThe tiny Qwen3-architecture buyer (3.4 M parameters) after SFT on expert games and GRPO "

@@ -1,0 +1,118 @@
+"""The model card the Space shows beside every model seat and on its first tab, built from the
+checkpoint folder and the artifacts, so no visitor has to open a file to know what plays.
+
+A checkpoint folder may hold ``card.json`` naming its evaluation row (``eval_buyer``) and its
+training curves (``curves``, artifact file names); without it they follow from its lineage (the
+row of its last training stage, and ``<stage>_training_curve.json`` for each stage). Every
+number comes from a file: parameters from the safetensors headers, steps, wall time and hardware
+from each curve's provenance, the row from ``artifacts/eval_results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from space import figures as F
+
+TRAINING_STAGES = ("sft", "grpo", "sdpo")
+
+
+def _tensor_parameters(path: Path) -> int:
+    """Parameters stored in a safetensors file, read from its header alone."""
+    with path.open("rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    total = 0
+    for name, meta in header.items():
+        if name != "__metadata__":
+            count = 1
+            for d in meta["shape"]:
+                count *= d
+            total += count
+    return total
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def card_facts(folder: str | Path) -> dict:
+    """What the card says about the model in ``folder`` (a checkpoint or adapter), as data."""
+    folder = Path(folder)
+    lineage = _read(folder / "lineage.json") or {}
+    extra = _read(folder / "card.json") or {}
+    stages = [s for s in lineage.get("stages", []) if s.get("stage") in TRAINING_STAGES]
+    adapter = (folder / "adapter_config.json").is_file()
+    facts = {"name": folder.name, "base_model": lineage.get("base_model", "unknown"), "adapter": adapter,
+             "stages": [s["stage"] for s in stages], "roles": sorted({s.get("role", "buyer") for s in stages})}
+    weights = folder / ("adapter_model.safetensors" if adapter else "model.safetensors")
+    if weights.is_file():
+        facts["adapter_parameters" if adapter else "parameters"] = _tensor_parameters(weights)
+        facts["bytes"] = weights.stat().st_size
+    if adapter:  # the base's size, as its build recorded it
+        facts["parameters"] = next((s["parameters"] for s in lineage.get("stages", []) if "parameters" in s), None)
+    curves = extra.get("curves") or [f"{s}_training_curve.json" for s in facts["stages"]]
+    facts["training"] = []
+    for name in curves:
+        data = F.read_artifact(name) or {}
+        prov, points = data.get("provenance", {}), data.get("points", [])
+        cfg = prov.get("config", {})
+        script = cfg.get("script", {})
+        rl = cfg.get("grpo") or {}
+        episodes = (rl.get("max_steps", 0) * rl.get("per_device_train_batch_size", 0)
+                    * rl.get("gradient_accumulation_steps", 0)) if rl else None
+        facts["training"].append({
+            "curve": name, "command": prov.get("command"), "steps": max((p.get("step", 0) for p in points), default=0),
+            "games": script.get("games") if not rl else None, "episodes": episodes or None,
+            "scenarios": script.get("scenarios"), "sellers": script.get("sellers"),
+            "wall_time_s": prov.get("wall_time_s"), "machine": prov.get("machine"), "commit": prov.get("commit"),
+            "date": prov.get("date")})
+    buyer = extra.get("eval_buyer") or (facts["stages"][-1] if facts["stages"] else None)
+    facts["eval_buyer"] = buyer
+    rows = [r for r in F.eval_rows("eval_results.json", "mix") if r["buyer"] == buyer]
+    facts["evaluation"] = rows[0] if rows else None
+    return facts
+
+
+def _millions(n) -> str:
+    return "?" if not n else f"{n / 1e6:.1f} M"
+
+
+def model_card(folder: str | Path, title: str = "The model in the model seat") -> str:
+    """Markdown: base model, parameters, data, stages and steps, wall time and hardware, the
+    evaluation row and where each fact comes from."""
+    f = card_facts(folder)
+    base = ("the tiny Qwen3-architecture model Haggle builds from scratch (no pretraining)"
+            if f["base_model"] == "haggle-tiny" else f"`{f['base_model']}`")
+    size = (f"a LoRA adapter of {_millions(f.get('adapter_parameters'))} parameters ({f.get('bytes', 0) / 2**20:.1f} MB)"
+            f" over {base} ({_millions(f.get('parameters'))} parameters)" if f["adapter"]
+            else f"{base}, {_millions(f.get('parameters'))} parameters, all trained")
+    lines = [f"**{title}: `{f['name']}`**, {size}. Trained as the {' and '.join(f['roles']) or 'buyer'}: "
+             f"{' → '.join(f['stages']) or 'no training stage recorded'}."]
+    for t in f["training"]:
+        if not t["command"]:
+            lines.append(f"- `{t['curve']}`: not found")
+            continue
+        what = (f"{t['games']:,} expert games" if t["games"] else
+                f"{t['episodes']:,} episodes against the live environment" if t["episodes"] else "")
+        lines.append(f"- {t['curve'].split('_training_curve')[0]}: {t['steps']} steps, {what} "
+                     f"({t['scenarios'] or '?'} train split, sellers: {t['sellers'] or '?'}), "
+                     f"{(t['wall_time_s'] or 0) / 60:.0f} min on {t['machine']}; commit `{(t['commit'] or '?')[:12]}`; "
+                     f"`{t['command']}`")
+    r = f["evaluation"]
+    if r:
+        lines.append(f"- Evaluation (`eval_results.json`, row `{f['eval_buyer']}`, held-out test split, seller mix, "
+                     f"{r.get('sampling', 'as sampled')}): reward {r['reward_mean']:+.3f} "
+                     f"[{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] over {r['episodes']} episodes, "
+                     f"deal rate {r['deal_rate']:.0%}, format errors {r['format_error_rate']:.1%}, overshoot "
+                     f"{r['overshoot_rate']:.1%}.")
+    else:
+        lines.append(f"- No `{f['eval_buyer']}` row in `eval_results.json` yet.")
+    lines.append("- Provenance: `lineage.json` in the checkpoint folder and each curve's `provenance` "
+                 "(Artifacts tab).")
+    return "\n".join(lines)
