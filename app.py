@@ -370,26 +370,17 @@ def ui_market_eval():
                                                                                   F.MARKET_EVAL)
 
 
-def _pairs(after: str) -> list:
-    return F.before_after_pairs("base", after)
+def before_after_buyers() -> list[str]:
+    return (F.read_artifact(F.BEFORE_AFTER) or {}).get("buyers", [])
 
 
-def ui_before_after(after: str, index: int):
-    pairs = _pairs(after)
-    if not pairs:
-        return [], [], f"No stored games of both base and {after} on the same scenario and seed."
-    label, before, late = pairs[min(int(index or 0), len(pairs) - 1)]
-    s = before["scenario"]
-    summary = (f"**{label}** — budget ${s['budget']:,.2f}, cost ${s['cost']:,.2f}. Untrained (base): "
-               f"{before['metrics']['end_reason']}, reward {before['metrics']['reward']:+.3f}; trained ({after}): "
-               f"{late['metrics']['end_reason']}, reward {late['metrics']['reward']:+.3f}. From "
-               f"`artifacts/transcripts/eval_results.jsonl` (held-out test games of the evaluation).")
-    return F.transcript_messages(before), F.transcript_messages(late), summary
-
-
-def ui_pair_choices(after: str):
-    pairs = _pairs(after)
-    return gr.update(choices=[(label, i) for i, (label, _, _) in enumerate(pairs)], value=0 if pairs else None)
+def ui_before_after(index):
+    """Every buyer's game on the chosen held-out scenario, and the summary table."""
+    games, buyers = F.before_after_games(), before_after_buyers()
+    if not games:
+        return *([[]] * len(buyers)), f"No `artifacts/{F.BEFORE_AFTER}` yet: run `python training/before_after.py`."
+    g = games[min(int(index or 0), len(games) - 1)]
+    return *(F.transcript_messages(g["games"][b]) for b in buyers), F.before_after_summary(g, buyers)
 
 
 def ui_eval(name: str, seller: str):
@@ -578,19 +569,19 @@ def _training_tab() -> None:
 
 
 def _before_after_tab(demo: gr.Blocks) -> None:
-    """The "Before vs after" tab."""
+    """The "Before vs after" tab: the same held-out games played by each stage of training."""
+    games, buyers = F.before_after_games(), before_after_buyers()
+    gr.Markdown("The same held-out games (scenario, seller and seed) played by the buyer after each stage of "
+                "training, greedily: the untrained model, after SFT on expert games, after RL against the live "
+                "environment. The first games are mutual-interest ones (a deal is possible); the last has the "
+                "budget below the cost, where walking away (reward 0) is the best any buyer can do.")
+    pick = gr.Dropdown([(F.before_after_label(g), i) for i, g in enumerate(games)], value=0 if games else None,
+                       label="Held-out game", elem_id="ba-game")
+    summary = gr.Markdown(elem_id="ba-summary")
     with gr.Row():
-        trained = gr.Dropdown(["grpo", "sft", "sdpo", "sft_option_b"], value="grpo",
-                              label="Trained buyer")
-        pair = gr.Dropdown(label="Same scenario, seller and seed", choices=[], value=None)
-    ba_summary = gr.Markdown()
-    with gr.Row():
-        before_chat = gr.Chatbot(label="before: untrained (base)", height=460)
-        after_chat = gr.Chatbot(label="after: trained", height=460)
-    trained.change(ui_pair_choices, trained, pair, api_visibility="private")
-    pair.change(ui_before_after, [trained, pair], [before_chat, after_chat, ba_summary],
-                api_visibility="private")
-    demo.load(ui_pair_choices, trained, pair, api_visibility="private")
+        chats = [gr.Chatbot(label=b, height=460, autoscroll=False, elem_id=f"ba-chat-{b}") for b in buyers]
+    pick.change(ui_before_after, pick, [*chats, summary], api_visibility="private")
+    demo.load(ui_before_after, pick, [*chats, summary], api_visibility="private")
 
 
 def _environment_tab(env_tab: gr.Tab) -> None:

@@ -317,17 +317,32 @@ def transcripts(name: str = "transcripts/eval_results.jsonl") -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def before_after_pairs(before: str = "base", after: str = "grpo") -> list[tuple[str, dict, dict]]:
-    """Games of the same scenario, seed and seller played by ``before`` and by ``after``."""
-    games = transcripts()
-    key = lambda t: (t["scenario"]["id"], t["seed"], t["seller"])  # noqa: E731
-    firsts = {key(t): t for t in games if t["buyer"] == before}
-    out = []
-    for t in games:
-        if t["buyer"] == after and key(t) in firsts:
-            label = f"{t['scenario']['title']} · seller {t['seller']} · seed {t['seed']}"
-            out.append((label, firsts[key(t)], t))
-    return out
+BEFORE_AFTER = "before_after.json"
+
+
+def before_after_games() -> list[dict]:
+    """The before-vs-after games (``training/before_after.py``): one held-out game per entry, played by
+    every training stage's buyer on the same scenario, seller and seed."""
+    return (read_artifact(BEFORE_AFTER) or {}).get("games", [])
+
+
+def before_after_label(g: dict) -> str:
+    kind = "mutual interest" if g["interest"] == "mutual" else "conflicting interest: best possible reward 0"
+    return f"{g['title']} · seller {g['seller']} · seed {g['seed']} · {kind}"
+
+
+def before_after_summary(g: dict, buyers: list[str]) -> str:
+    """Each buyer's reward on the game and its change from the first (untrained) one, with the ceiling."""
+    first = g["rewards"][buyers[0]]
+    rows = [f"| {b} | {g['rewards'][b]:+.3f} | {g['rewards'][b] - first:+.3f} | "
+            f"{g['games'][b]['metrics']['end_reason']}"
+            + (f" at ${g['games'][b]['metrics']['price']:,.2f}" if g['games'][b]['metrics'].get('price') else "")
+            + " |" for b in buyers]
+    return (f"**{before_after_label(g)}**: budget ${g['budget']:,.2f}, seller cost ${g['cost']:,.2f}, list price "
+            f"${g['list_price']:,.2f}.\n\n| buyer | reward | change from {buyers[0]} | ending |\n|---|---|---|---|\n"
+            + "\n".join(rows)
+            + f"\n| ceiling: the oracle, told the seller's floor | {g['oracle_reward']:+.3f} | | |\n\n"
+            f"Greedy play; from `artifacts/{BEFORE_AFTER}` ({provenance_line(read_artifact(BEFORE_AFTER), BEFORE_AFTER)})")
 
 
 def transcript_messages(t: dict) -> list[dict]:

@@ -73,8 +73,11 @@ def test_sft_sample_marks_only_the_buyers_replies():
 
 
 def test_before_after_and_artifact_views():
-    before, after, summary = app.ui_before_after("grpo", 0)
-    assert before and after and "Untrained (base)" in summary
+    *chats, summary = app.ui_before_after(0)
+    assert len(chats) == len(app.before_after_buyers()) >= 3 and all(chats)
+    assert "| base |" in summary and "ceiling: the oracle" in summary and "change from base" in summary
+    *chats, last = app.ui_before_after(99)  # past the end: the last game, the conflicting one
+    assert "conflicting interest" in last
     path, meta = app.ui_artifact("eval_results.json")
     assert path.endswith("eval_results.json") and meta["command"]
     assert app.read_artifact("transcripts/eval_results.jsonl")["records"]

@@ -216,13 +216,20 @@ def test_artifact_paths_stay_inside_artifacts(name):
         F.artifact_path(name)
 
 
-def test_before_after_pairs_are_the_same_game():
-    pairs = F.before_after_pairs("base", "grpo")
-    assert pairs
-    for _label, before, after in pairs:
-        assert (before["buyer"], after["buyer"]) == ("base", "grpo")
-        assert before["scenario"] == after["scenario"] and before["seed"] == after["seed"]
-        assert before["seller"] == after["seller"]
+def test_before_after_games_are_the_same_game_for_every_buyer():
+    games = F.before_after_games()
+    buyers = F.read_artifact(F.BEFORE_AFTER)["buyers"]
+    assert buyers[:3] == ["base", "sft", "grpo"]
+    kinds = [g["interest"] for g in games]
+    assert kinds.count("conflicting") == 1 and kinds.count("mutual") >= 3, "several mutual games, one conflicting"
+    assert len({(g["title"], g["seed"]) for g in games}) == len(games) and len({g["seller"] for g in games}) > 1
+    for g in games:
+        played = [g["games"][b] for b in buyers]
+        assert all(t["scenario"] == played[0]["scenario"] and t["seed"] == g["seed"] for t in played)
+        assert all(g["rewards"][b] <= g["oracle_reward"] + 1e-9 for b in buyers), "the oracle is the ceiling"
+        assert g["interest"] == ("mutual" if g["budget"] > g["cost"] else "conflicting")
+        if g["interest"] == "conflicting":
+            assert g["oracle_reward"] == 0.0
 
 
 def test_every_artifact_is_listed_with_provenance():
