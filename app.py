@@ -13,6 +13,7 @@ import inspect
 import json
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -78,9 +79,12 @@ def _product(product):
 # ---------------------------------------------------------------------- API
 @_clear_errors
 def list_scenarios(source: str = "builtin", split: str = "test") -> list[dict]:
-    """The scenarios of a source ('builtin', or 'amazon' when its data is present) and split
-    ('test', 'train' or 'all'): index, title, category, list price and interest. Budgets and
-    costs are private to the players and are not listed."""
+    """The scenarios of a source and split: index, title, category, list price and interest (mutual when
+    the budget is above the cost). Budgets and costs are private to the players and are not listed.
+
+    Args:
+        source: 'builtin' (the catalog written for this project), or 'amazon' where its data is present.
+        split: 'test' (held out from training, what games and evaluations use), 'train' or 'all'."""
     if source not in available_sources():
         raise GameError(f"unknown or unavailable source {source!r}; choose from {', '.join(available_sources())}")
     return [{"index": i, "id": s.id, "title": s.title, "category": s.category, "list_price": s.list_price,
@@ -90,33 +94,55 @@ def list_scenarios(source: str = "builtin", split: str = "test") -> list[dict]:
 @_clear_errors
 def start_game(buyer: str = HUMAN, seller: str = "neutral", source: str = "builtin", product: int = -1,
                seed: int = 0, reasoning_mode: str = "option_a") -> dict:
-    """Start a game in its own session on a held-out test product (-1: drawn from the seed).
-    buyer and seller: a scripted player, 'model' (the trained checkpoint) or 'human' (you move
-    with send_reply). Agents move until it is your turn. Returns the state with its session_id;
-    while you play you see only your own side (budget or cost), the whole game once it ends."""
+    """Start a game in its own session on a held-out test product. Agents move until it is your turn.
+    Returns the state with its session_id; while you play you see only your own side (your budget or
+    your cost), and the whole game once it ends.
+
+    Args:
+        buyer: a scripted buyer (expert, always_accept, split_difference, lowballer, offer_budget, random_valid), 'model' (the trained checkpoint, a buyer) or 'human' (you move with send_reply).
+        seller: a scripted seller persona (neutral, boulware, conceder, tit_for_tat, begging, insulting, unyielding) or 'human'; 'model' only when the checkpoint was trained as a seller.
+        source: scenario source, 'builtin' or 'amazon' (where its data is present).
+        product: index in the test split (see list_scenarios); -1 draws one from the seed.
+        seed: the game's seed (a whole number from 0): the same seed replays the same game.
+        reasoning_mode: 'option_a' (a Thought field) or 'option_b' (reasoning in <think> tags)."""
     return GAMES.start(source=source, buyer=buyer, seller=seller, product=_product(product), seed=seed,
                        reasoning_mode=reasoning_mode)
 
 
 @_clear_errors
 def send_reply(session_id: str, action: str, price: float = 0.0, talk: str = "") -> dict:
-    """Your move in the game of session_id: action is 'offer' (at price), 'accept' (the other
-    side's standing offer), 'reject' or 'quit'; talk is what you say. The agents then answer.
-    Returns the new state."""
+    """Your move in your game, then the agents' answers. Returns the new state.
+
+    Args:
+        session_id: the session_id start_game returned.
+        action: 'offer' (at price), 'accept' (take the other side's standing offer), 'reject' or 'quit'.
+        price: your offer in dollars (used only with action 'offer').
+        talk: what you say to the other side (one line, at most 1,500 characters)."""
     return GAMES.reply(session_id, action, price if action == "offer" else None, talk)
 
 
 @_clear_errors
 def game_state(session_id: str) -> dict:
-    """The current state of the game of session_id, as its player may see it."""
+    """The current state of a game, as its player may see it (the whole game once it ends).
+
+    Args:
+        session_id: the session_id start_game returned."""
     return GAMES.state(session_id)
 
 
 @_clear_errors
 def play_episode(buyer: str = "expert", seller: str = "neutral", source: str = "builtin", product: int = -1,
                  seed: int = 0, reasoning_mode: str = "option_a") -> dict:
-    """Play a whole game between two agents (scripted players or 'model') and return its
-    transcript, both sides' private reasoning, the outcome and the reward explained."""
+    """Play a whole game between two agents and return its transcript, both sides' private reasoning,
+    the outcome and the reward explained. The same arguments replay the same game.
+
+    Args:
+        buyer: a scripted buyer (expert, always_accept, split_difference, lowballer, offer_budget, random_valid) or 'model' (the trained checkpoint, which plays greedily).
+        seller: a scripted seller persona (neutral, boulware, conceder, tit_for_tat, begging, insulting, unyielding); 'model' only when the checkpoint was trained as a seller.
+        source: scenario source, 'builtin' or 'amazon' (where its data is present).
+        product: index in the test split (see list_scenarios); -1 draws one from the seed.
+        seed: the game's seed (a whole number from 0).
+        reasoning_mode: 'option_a' (a Thought field) or 'option_b' (reasoning in <think> tags)."""
     if HUMAN in (buyer, seller):
         raise GameError("play_episode is agents only; use start_game and send_reply to play yourself")
     return view(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=_product(product), seed=seed,
@@ -126,11 +152,18 @@ def play_episode(buyer: str = "expert", seller: str = "neutral", source: str = "
 @_clear_errors
 def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: int = 200, source: str = "builtin",
                     seed: int = EVAL_SEED_BASE, reasoning_mode: str = "option_a") -> dict:
-    """Evaluate a buyer on the held-out test products against one seller or the whole seller mix
-    ('mix'), exactly as training/evaluate.py does: the first products of the test split,
-    SEEDS_PER_PRODUCT seeds each (episode k of product i has seed seed + i * SEEDS_PER_PRODUCT + k),
-    about `episodes` episodes per seller, rounded up to whole products. Returns the evaluation
-    artifact's row (mean reward, std, 95% CI, deal rate, bargained ratio, overshoot, format errors)."""
+    """Evaluate a buyer on the held-out test products, exactly as training/evaluate.py does, and return
+    the evaluation artifact's row: mean reward, std, 95% CI, deal rate, bargained ratio, overshoot and
+    format-error rates. Products are taken from the start of the test split, 4 seeds each (episode k
+    of product i has seed seed + 4 * i + k), about `episodes` per seller rounded up to whole products.
+
+    Args:
+        buyer: a scripted buyer (expert, always_accept, split_difference, lowballer, offer_budget, random_valid) or 'model' (the trained checkpoint).
+        seller: one seller persona, or 'mix' for all seven pooled (the headline setting).
+        episodes: episodes per seller: up to 2,000 for a scripted buyer against the mix, 4 for the model.
+        source: scenario source, 'builtin' or 'amazon' (where its data is present).
+        seed: the first evaluation seed (1,000,000 by default; training uses lower ones).
+        reasoning_mode: 'option_a' (a Thought field) or 'option_b' (reasoning in <think> tags)."""
     seed = check_seed(seed)
     if buyer != MODEL and buyer not in BUYERS:
         raise GameError(f"unknown buyer {buyer!r}; choose from {', '.join([*BUYERS, MODEL])}")
@@ -160,8 +193,11 @@ def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: i
 
 @_clear_errors
 def read_artifact(name: str) -> dict:
-    """One artifact by its path under artifacts/ (e.g. 'eval_results.json'): JSON files come
-    back parsed, JSONL as a list of records, anything else as its size."""
+    """One artifact by its path under artifacts/: JSON files come back parsed, JSONL as a list of
+    records, anything else as its size.
+
+    Args:
+        name: the path under artifacts/, e.g. 'eval_results.json' or 'transcripts/eval_results.jsonl' (see list_artifacts)."""
     path = F.artifact_path(name)
     if not path.is_file():
         raise GameError(f"no artifact {name!r}; list_artifacts names them all")
@@ -173,7 +209,8 @@ def read_artifact(name: str) -> dict:
 
 
 def list_artifacts() -> list[dict]:
-    """Every file in artifacts/ with its size and provenance (command, commit, date, machine)."""
+    """Every file in artifacts/ with its size and provenance (command, commit, date, machine). Takes no
+    arguments."""
     return F.list_artifacts()
 
 
@@ -181,33 +218,49 @@ def list_artifacts() -> list[dict]:
 @_clear_errors
 def market_start(task: str = "single_trade", policy: str = "human", seed: int = 0,
                  counterparts: str = M.WORLD) -> dict:
-    """Start a GPU-market game in its own session. task: single_trade, market_round or
-    coalition_market. policy plays lab 0: the rule 'expert', a baseline, or 'human' (you act
-    with market_act). counterparts: 'world' (archetypes drawn from the seed) or one archetype for
-    every other lab. Returns the state with its session_id; while you play you see lab 0's view."""
+    """Start a GPU-market game in its own session. Returns the state with its session_id; while you play
+    you see lab 0's view only.
+
+    Args:
+        task: 'single_trade', 'market_round' or 'coalition_market'.
+        policy: who plays lab 0: the rule 'expert', a baseline policy, or 'human' (you act with market_act).
+        seed: the game's seed (a whole number from 0).
+        counterparts: 'world' (the other labs' archetypes drawn from the seed) or one archetype for every other lab."""
     return MARKETS.start(task=task, policy=policy, seed=seed, counterparts=counterparts)
 
 
 @_clear_errors
 def market_act(session_id: str, action: str) -> dict:
-    """Your action as lab 0 in the market game of session_id: one JSON object of the action
-    schema (market_schema), e.g. {"action": "buy_spot", "hours": 20}. The other labs then act
-    until it is your turn again. Returns the new state."""
+    """Your action as lab 0 in your market game; the other labs then act until it is your turn again.
+    Returns the new state.
+
+    Args:
+        session_id: the session_id market_start returned.
+        action: one JSON object of the action schema (see market_schema), e.g. {"action": "buy_spot", "hours": 20}."""
     return MARKETS.act(session_id, action)
 
 
 @_clear_errors
 def market_state(session_id: str) -> dict:
-    """The current state of the market game of session_id, as its player may see it."""
+    """The current state of a market game, as its player may see it.
+
+    Args:
+        session_id: the session_id market_start returned."""
     return MARKETS.state(session_id)
 
 
 @_clear_errors
 def market_play(task: str = "coalition_market", policy: str = "expert", seed: int = 0,
                 counterparts: str = M.WORLD) -> dict:
-    """Play a whole market game with a scripted policy in lab 0 and return every round's
-    actions, the shocks, the judged pitches with the judge's reasons, the coalitions and every
-    lab's reward terms."""
+    """Play a whole market game with a scripted policy in lab 0 and return every round's actions,
+    the shocks, the judged pitches with the judge's reasons,
+    the coalitions and every lab's reward terms.
+
+    Args:
+        task: 'single_trade', 'market_round' or 'coalition_market'.
+        policy: the scripted policy in lab 0 (the rule 'expert' or a baseline).
+        seed: the game's seed (a whole number from 0).
+        counterparts: 'world' (archetypes drawn from the seed) or one archetype for every other lab."""
     if policy == M.HUMAN:
         raise GameError("market_play is agents only; use market_start and market_act to play yourself")
     return M.view(MARKETS.new_game(task=task, policy=policy, seed=seed, counterparts=counterparts))
@@ -216,9 +269,16 @@ def market_play(task: str = "coalition_market", policy: str = "expert", seed: in
 @_clear_errors
 def market_evaluate(policy: str = "expert", task: str = "single_trade", episodes: int = 200,
                     seed: int = MARKET_EVAL_SEED_BASE, counterparts: str = M.WORLD) -> dict:
-    """Evaluate a scripted policy in lab 0 for N games of a task, seeds seed, seed+1, ...: the
-    market evaluation artifact's row (mean reward, std, 95% CI, deals, job completion,
-    coalitions, pitches, behaviour under shocks)."""
+    """Evaluate a scripted policy in lab 0 over games of one task with seeds seed, seed + 1, ...: the
+    market evaluation artifact's row (mean reward, std, 95% CI, deals, job completion, coalitions,
+    pitches, behaviour under shocks).
+
+    Args:
+        policy: the scripted policy in lab 0 (the rule 'expert' or a baseline).
+        task: 'single_trade', 'market_round' or 'coalition_market'.
+        episodes: games to play (at most 2,000).
+        seed: the first seed (1,000,000 by default; held out from training).
+        counterparts: 'world' (archetypes drawn from the seed) or one archetype for every other lab."""
     seed = check_seed(seed)
     M.check_choice(policy, POLICIES, "policy")
     M.check_choice(task, MARKET_TASKS, "task")
@@ -232,8 +292,8 @@ def market_evaluate(policy: str = "expert", task: str = "single_trade", episodes
 
 
 def market_schema() -> dict:
-    """The market's action language (the JSON schema and what each action does), the reward terms,
-    and the tasks."""
+    """The market's action language (the JSON schema and what each action does), the reward terms and
+    the tasks. Takes no arguments."""
     return {"schema": ACTION_SCHEMA, "actions": ACTION_DOCS, "reward_terms": M.REWARD_TEXT,
             "tasks": {name: M.task_line(name) for name in MARKET_TASKS}}
 
@@ -607,12 +667,20 @@ def _artifacts_tab() -> None:
     pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
 
 
+def api_entry(fn) -> str:
+    """One endpoint for the API tab: its whole description, then each parameter's (Gradio's own
+    docstring reading, the one its MCP tools use)."""
+    description, params, _ = gr.utils.get_function_description(fn)
+    lines = [f"- **`/{fn.__name__}`**: {description}"]
+    lines += [f"    - `{name}`: {text}" for name, text in params.items()]
+    return "\n".join(lines)
+
+
 def _api_tab() -> None:
     """The "API" tab."""
-    gr.Markdown("Every function below is a named endpoint; game endpoints take and return a "
-                "`session_id`, so API clients are isolated from each other and from the page.\n\n"
-                + "\n".join(f"- `/{fn.__name__}`: {(fn.__doc__ or '').split(chr(10))[0]}"
-                            for fn in API) + "\n\n" + api_example())
+    gr.Markdown("Every function below is a named endpoint (and an MCP tool, answering in JSON); game endpoints "
+                "take and return a `session_id`, so API clients are isolated from each other and from the page."
+                "\n\n" + "\n".join(api_entry(fn) for fn in API) + "\n\n" + api_example(), elem_id="api-docs")
 
 
 def build() -> gr.Blocks:
@@ -650,6 +718,36 @@ API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluat
        list_artifacts)
 
 
+def _mcp_results_as_json() -> None:
+    """MCP tools answer in JSON, not Python's repr: Gradio's MCP server writes a non-file output with
+    ``str()``, so dicts and lists would come back with single quotes and ``None``. Wraps its output
+    step once to serialise them first (files and images keep Gradio's own handling)."""
+    from gradio import mcp as gradio_mcp  # noqa: PLC0415
+
+    server = gradio_mcp.GradioMCPServer
+    if getattr(server.postprocess_output_data, "haggle_json", False):
+        return
+    original = server.postprocess_output_data
+
+    def postprocess_output_data(self, data, root_url):
+        data = [json.dumps(d) if isinstance(d, (dict, list)) and not (isinstance(d, dict) and "path" in d
+                                                                      and "meta" in d) else d for d in data]
+        return original(self, data, root_url)
+    postprocess_output_data.haggle_json = True
+    server.postprocess_output_data = postprocess_output_data
+
+
+_mcp_results_as_json()
+
+
+def warm_up() -> threading.Thread:
+    """Build the slow, fixed views (the SFT sample loads a model and replays an expert game, several
+    seconds) in the background at start, so a visitor's first click finds them ready."""
+    thread = threading.Thread(target=lambda: [sft_sample(m) for m in REASONING_MODES], daemon=True)
+    thread.start()
+    return thread
+
+
 def launch(**kwargs):
     mcp = kwargs.pop("mcp_server", None)
     if mcp is None:
@@ -658,6 +756,7 @@ def launch(**kwargs):
             mcp = True
         except ImportError:
             mcp = False
+    warm_up()
     return demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], **kwargs)
 
 

@@ -64,6 +64,7 @@ def space_url():
     """The Space, served in-process on a free loopback port for the whole test session."""
     import app
     demo = app.build()
+    app.warm_up()  # as launch() does: the slow fixed views are built in the background
     demo.queue(default_concurrency_limit=None)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, mcp_server=True)

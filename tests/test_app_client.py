@@ -212,3 +212,36 @@ def test_an_unreadable_market_action_is_refused_and_the_game_goes_on(client):
         client.predict(session_id=state["session_id"], action="buy everything!", api_name="/market_act")
     after = client.predict(session_id=state["session_id"], action='{"action": "wait"}', api_name="/market_act")
     assert after["your_steps"] == [{**after["your_steps"][0], "code": "ok"}] and len(after["your_steps"]) == 1
+
+
+def test_every_endpoint_and_parameter_is_described_in_whole_sentences():
+    import gradio as gr
+
+    import app
+    for fn in app.API:
+        description, params, _ = gr.utils.get_function_description(fn)
+        assert description.endswith(".") and len(description) > 40, fn.__name__
+        for name, text in params.items():
+            assert text and text.rstrip().endswith((".", ")")), f"{fn.__name__}({name}): {text!r}"
+        assert description in app.api_entry(fn)
+
+
+def test_an_mcp_tool_answers_in_json(url):
+    import asyncio
+    import json
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def call():
+        async with streamablehttp_client(f"{url}gradio_api/mcp/") as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                tools = {t.name: t for t in (await session.list_tools()).tools}
+                assert tools["send_reply"].inputSchema["properties"]["action"]["description"]
+                result = await session.call_tool("play_episode", {"buyer": "expert", "seller": "neutral",
+                                                                  "product": 2, "seed": 7})
+                return [c.text for c in result.content if c.type == "text"]
+    texts = asyncio.run(call())
+    game = json.loads(texts[0])
+    assert game["done"] is True and game["seed"] == 7 and "reward" in game["outcome"]
