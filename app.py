@@ -618,10 +618,10 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
 
 def _training_tab() -> None:
     """The "Training" tab."""
-    gr.Plot(F.dashboard(), label="dashboard")
+    gr.Plot(F.dashboard(), label="SFT then RL, six panels")
     gr.Plot(F.sft_loss(), label="SFT")
     gr.Plot(F.rl_rewards(), label="RL reward")
-    gr.Plot(F.rl_phases(), label="four phases")
+    gr.Plot(F.rl_phases(), label="behaviour per RL step")
     gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"],
                  label="python training/pipeline.py: stages", interactive=False, wrap=True)
     gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in

@@ -19,7 +19,9 @@ ARTIFACTS = ROOT / "artifacts"
 EVAL_FILES = ("eval_results.json", "eval_scripted.json")
 TRAINED = ("base", "sft", "grpo", "sdpo")  # canonical names of model buyers (GUIDE 7)
 RL_CURVES = {"grpo": "grpo_training_curve.json", "sdpo": "sdpo_training_curve.json"}
-SFT_CURVES = {"sft (option_a)": "sft_training_curve.json", "sft (option_b)": "sft_option_b_training_curve.json"}
+SFT_CURVES = {"sft (option_a)": "sft_training_curve.json", "sft (option_b)": "sft_option_b_training_curve.json",
+              "sft SmolLM2 (LoRA)": "sft_smollm2_training_curve.json"}
+RL_COLORS = {"grpo": "#d62728", "sdpo": "#9467bd"}
 RL_METRICS = {"reward_mean": "mean reward", "deal_rate": "deal rate", "first_offer_ratio": "first offer / budget",
               "turns_mean": "turns per episode", "format_error_rate": "format-error rate",
               "frac_reward_zero_std": "groups with zero reward spread"}
@@ -284,25 +286,65 @@ def rl_phases() -> go.Figure:
                             line={"color": {"grpo": "#d62728", "sdpo": "#9467bd"}[algo]})
     if not found:
         return _empty("Behaviour over training", "no RL curve yet")
-    fig.update_layout(title="Behaviour over training (per step, unsmoothed)", height=520)
+    fig.update_xaxes(title_text="RL step (64 episodes each)", title_font={"size": 11})
+    fig.update_layout(title="Behaviour over training: six metrics per RL step (unsmoothed)", height=560)
     return fig
 
 
+def log_ticks(values: list[float]) -> tuple[list[float], list[str]]:
+    """Ticks 1, 2, 5 x 10^k spanning ``values``, labelled with their full value (not Plotly's bare
+    leading digits), for a log axis."""
+    import math  # noqa: PLC0415
+    vals = [v for v in values if v and v > 0]
+    if not vals:
+        return [], []
+    lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
+    ticks = [m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5) if min(vals) / 2 <= m * 10.0 ** e <= max(vals) * 2]
+    return ticks, [f"{t:g}" for t in ticks]
+
+
+DASHBOARD_PANELS = (  # (title, y-axis title) in reading order: SFT first, then RL
+    ("1. SFT loss", "loss per buyer token (nats, log scale)"),
+    ("2. SFT token accuracy", "share of buyer tokens predicted"),
+    ("3. RL mean reward per step", "buyer reward (−1 to 1)"),
+    ("4. RL deal rate", "share of episodes with a deal"),
+    ("5. RL first offer", "first offer / budget"),
+    ("6. RL turns per episode", "exchanges (of 6)"),
+)
+
+
 def dashboard() -> go.Figure:
-    """Both stages at a glance: SFT loss, then RL reward and deal rate."""
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("1. SFT loss", "2. RL mean reward", "2. RL deal rate"))
+    """Both stages on one figure: SFT loss and accuracy, then the RL reward, deal rate, first offer
+    and turns per step, every panel with its axis titles; nothing smoothed, nothing annotated that
+    the curves do not show."""
+    fig = make_subplots(rows=2, cols=3, subplot_titles=[t for t, _ in DASHBOARD_PANELS],
+                        horizontal_spacing=0.09, vertical_spacing=0.2)
+    losses = []
     for label, name in SFT_CURVES.items():
         pts = _points(name)
-        fig.add_scatter(x=[p["step"] for p in pts], y=[p.get("loss") for p in pts], name=label, row=1, col=1)
+        if not pts:
+            continue
+        steps = [p["step"] for p in pts]
+        losses += [p.get("loss") for p in pts]
+        fig.add_scatter(x=steps, y=[p.get("loss") for p in pts], name=label, legendgroup=label, row=1, col=1)
+        fig.add_scatter(x=steps, y=[p.get("mean_token_accuracy") for p in pts], name=label, legendgroup=label,
+                        showlegend=False, row=1, col=2)
     for algo, name in RL_CURVES.items():
         pts = _points(name)
-        color = {"grpo": "#d62728", "sdpo": "#9467bd"}[algo]
-        fig.add_scatter(x=[p["step"] for p in pts], y=[p["reward_mean"] for p in pts], name=algo, row=1, col=2,
-                        line={"color": color})
-        fig.add_scatter(x=[p["step"] for p in pts], y=[p.get("deal_rate") for p in pts], name=f"{algo} deals",
-                        row=1, col=3, line={"color": color, "dash": "dot"}, showlegend=False)
-    fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_layout(height=340, title="Training at a glance")
+        steps = [p["step"] for p in pts]
+        for i, key in enumerate(("reward_mean", "deal_rate", "first_offer_ratio", "turns_mean")):
+            k = 3 + i
+            fig.add_scatter(x=steps, y=[p.get(key) for p in pts], name=algo, legendgroup=algo, showlegend=i == 0,
+                            line={"color": RL_COLORS[algo]}, row=(k - 1) // 3 + 1, col=(k - 1) % 3 + 1)
+    ticks, text = log_ticks([v for v in losses if v is not None])
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=text, row=1, col=1)
+    for k, (_, ytitle) in enumerate(DASHBOARD_PANELS, start=1):
+        row, col = (k - 1) // 3 + 1, (k - 1) % 3 + 1
+        fig.update_yaxes(title_text=ytitle, title_font={"size": 11}, row=row, col=col)
+        fig.update_xaxes(title_text="optimizer step" if k <= 2 else "RL step (64 episodes each)",
+                         title_font={"size": 11}, row=row, col=col)
+    fig.update_layout(height=640, title="Training: SFT on expert games, then RL against the live environment "
+                                         "(every logged step, unsmoothed)", legend={"orientation": "h", "y": -0.15})
     return fig
 
 

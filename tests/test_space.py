@@ -261,3 +261,16 @@ def test_model_cards_say_what_plays_from_the_files_alone():
         rows = [r for r in F.eval_rows("eval_results.json", "mix") if r["buyer"] == row_buyer]
         if rows:
             assert f"{rows[0]['reward_mean']:+.3f}" in overview
+
+
+def test_training_dashboard_has_six_titled_panels_and_readable_log_ticks():
+    fig = F.dashboard()
+    titles = [a.text for a in fig.layout.annotations]
+    assert len(titles) == 6 == len(set(titles)) and titles[0].startswith("1. SFT") and titles[2].startswith("3. RL")
+    for k in range(1, 7):
+        suffix = "" if k == 1 else str(k)
+        assert fig.layout[f"xaxis{suffix}"].title.text and fig.layout[f"yaxis{suffix}"].title.text
+    ticks = fig.layout.yaxis.ticktext
+    assert ticks and all(float(t) > 0 for t in ticks) and len(set(ticks)) == len(ticks), ticks
+    assert F.log_ticks([0.066, 1.12]) == ([0.05, 0.1, 0.2, 0.5, 1.0, 2.0], ["0.05", "0.1", "0.2", "0.5", "1", "2"])
+    assert "four phases" not in fig.layout.title.text and "phase" not in fig.layout.title.text
