@@ -519,7 +519,8 @@ def _glance_tab() -> None:
     gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
     gr.Markdown("### The models\n" + models_overview(), elem_id="model-cards")
     gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
-                 interactive=False, wrap=True)
+                 interactive=False, wrap=True, max_height=2000, column_widths=["15%", "20%", "65%"],
+                 elem_id="players-table")
 
 
 def _play_tab() -> None:
@@ -590,7 +591,8 @@ def _market_tab(demo: gr.Blocks) -> None:
     m_prov = gr.Markdown()
     m_bars = gr.Plot(label="reward per policy and task")
     m_shock = gr.Plot(label="under shocks")
-    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows")
+    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=2000,
+                           elem_id="market-table")
     m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
     m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
                   [m_session, m_card, m_rounds, m_outcome, m_controls], api_visibility="private")
@@ -609,7 +611,8 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
     bars = gr.Plot(label="reward per buyer")
     heat = gr.Plot(label="buyer x seller")
     interest = gr.Plot(label="mutual vs conflicting interest")
-    table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows")
+    table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=2000,
+                         elem_id="eval-table")
     outs = [bars, heat, interest, table, eval_prov]
     for comp in (eval_file, eval_seller):
         comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
@@ -622,7 +625,8 @@ def _training_tab() -> None:
     gr.Plot(F.sft_loss(), label="SFT")
     gr.Plot(F.rl_rewards(), label="RL reward")
     gr.Plot(F.rl_phases(), label="behaviour per RL step")
-    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"],
+    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"], max_height=2000,
+                 column_widths=["12%", "10%", "78%"], elem_id="pipeline-table",
                  label="python training/pipeline.py: stages", interactive=False, wrap=True)
     gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
                             [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"]))
@@ -658,12 +662,15 @@ def _environment_tab(env_tab: gr.Tab) -> None:
 def _artifacts_tab() -> None:
     """The "Artifacts" tab."""
     rows = F.list_artifacts()
-    gr.Dataframe([[r["file"], r["bytes"], r["command"], r["commit"], r["date"]] for r in rows],
-                 headers=["file", "bytes", "command", "commit", "date"], interactive=False, wrap=True,
-                 label="artifacts/")
-    pick = gr.Dropdown([r["file"] for r in rows], label="File")
-    download = gr.File(label="Download")
-    meta = gr.JSON(label="provenance")
+    gr.Dataframe([[r["file"], r["bytes"], (r["commit"] or "")[:12], r["date"], r["command"]] for r in rows],
+                 headers=["file", "bytes", "commit", "date", "command"], interactive=False, wrap=True,
+                 max_height=2000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
+                 elem_id="artifacts-table")
+    first = rows[0]["file"] if rows else None
+    pick = gr.Dropdown([r["file"] for r in rows], value=first, label="File", elem_id="artifact-pick")
+    path, info = ui_artifact(first) if first else (None, None)
+    download = gr.File(value=path, label="Download", elem_id="artifact-download")
+    meta = gr.JSON(value=info, label="provenance", elem_id="artifact-provenance")
     pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
 
 
