@@ -571,7 +571,9 @@ def _market_tab(demo: gr.Blocks) -> None:
         m_policy = gr.Dropdown(list(M.POLICY_CHOICES), value="expert", label="Lab 0 (policy)",
                                elem_id="market-policy")
         m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
-        m_seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="market-seed")
+        m_seed = gr.Number(M.showcase_seed(), precision=0, minimum=0, label="Seed (empty: random)",
+                           elem_id="market-seed", info="Default: the first seed whose expert game forms a "
+                                                      "coalition and has a pitch judged.")
     m_start = gr.Button("Start market game", variant="primary", elem_id="market-start")
     m_card = gr.Markdown(elem_id="market-card")
     with gr.Group(visible=False) as m_controls:

@@ -404,6 +404,14 @@ MARKET_COLUMNS = ["policy", "task", "episodes", "reward", "95% CI", "std", "jobs
                   "in a bought coalition", "pitch score", "invalid actions"]
 
 
+MARKET_TASK_COLORS = {"single_trade": "#1f77b4", "market_round": "#ff7f0e", "coalition_market": "#2ca02c"}
+
+
+def task_color(task: str) -> str:
+    """One colour per market task in every plot (a task not listed gets a fixed fallback)."""
+    return MARKET_TASK_COLORS.get(task, "#7f7f7f")
+
+
 def market_rows(name: str = MARKET_EVAL) -> list[dict]:
     return (read_artifact(name) or {}).get("rows", [])
 
@@ -418,6 +426,7 @@ def market_bars(name: str = MARKET_EVAL) -> go.Figure:
     for task in dict.fromkeys(r["task"] for r in rows):
         part = [r for r in rows if r["task"] == task]
         fig.add_bar(name=task, x=[r["policy"] for r in part], y=[r["reward_mean"] for r in part],
+                    marker_color=task_color(task),
                     customdata=[[r["episodes"], r["reward_ci95"][0], r["reward_ci95"][1]] for r in part],
                     hovertemplate="%{x}: %{y:+.3f} [%{customdata[1]:+.3f}, %{customdata[2]:+.3f}], "
                                   "%{customdata[0]} episodes",
@@ -437,12 +446,12 @@ def market_shocks(name: str = MARKET_EVAL) -> go.Figure:
     kinds = sorted({k for r in rows for k in r["under_shocks"]})
     fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=[k.replace("_", " ") for k in kinds], shared_yaxes=True)
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    for t_i, task in enumerate(tasks):
+    for task in tasks:
         part = [r for r in rows if r["task"] == task]
         for col, kind in enumerate(kinds, start=1):
             cells = [r["under_shocks"].get(kind) or {} for r in part]
             fig.add_bar(name=task, legendgroup=task, showlegend=col == 1, x=[r["policy"] for r in part],
-                        y=[c.get("reward_mean") for c in cells], marker_color=["#1f77b4", "#ff7f0e", "#2ca02c"][t_i % 3],
+                        y=[c.get("reward_mean") for c in cells], marker_color=task_color(task),
                         customdata=[c.get("episodes") for c in cells],
                         hovertemplate="%{x}: %{y:+.3f} over %{customdata} games hit<extra>" + task + "</extra>",
                         row=1, col=col)

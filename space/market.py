@@ -14,6 +14,7 @@ spectator sees everything).
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import threading
@@ -203,8 +204,12 @@ def rounds_markdown(state: dict) -> str:
     by_round: dict[int, list[dict]] = {}
     for s in state["steps"]:
         by_round.setdefault(s["round"], []).append(s)
-    for r in sorted(set(by_round) | set(shocks)):
-        out.append(f"#### Round {r + 1} of {state['rounds']}")
+    order = sorted(set(by_round) | set(shocks))
+    for r in order:
+        if r != order[0]:
+            out.append("\n</details>\n")
+        out.append(f"<details{' open' if r == order[-1] else ''}><summary><b>Round {r + 1} of {state['rounds']}</b> "
+                   f"({len(by_round.get(r, []))} actions{', a shock' if shocks.get(r) else ''})</summary>\n")
         for sh in shocks.get(r, []):
             info = ", ".join(f"{k} {v}" for k, v in sh.items() if k not in ("round", "kind"))
             out.append(f"⚡ **Shock: {sh['kind'].replace('_', ' ')}**" + (f" ({info})" if info else ""))
@@ -219,15 +224,75 @@ def rounds_markdown(state: dict) -> str:
                 if p:
                     out.append(f"> **Pitch {oid}** {p['from']} → {p['to']}: “{p['text']}” — judge score "
                                f"**{p['score']:.2f}**, {p['status']}.  \n> " + "; ".join(p["reasons"]))
+    if order:
+        out.append("\n</details>\n")
+    if state["pitches"]:
+        out += ["", "#### The judge: every pitch, its score and the reasons", "", judge_markdown(state), ""]
     if state["coalitions"]:
-        out.append("#### Coalitions")
+        out += ["", "#### Coalitions", ""]
         for c in state["coalitions"]:
             shares = ", ".join(f"{k} {v:g} h" for k, v in c["shares"].items()) or "no shares"
             out.append(f"- {c['id']} for {c['lot']} (proposed by {c['proposer']}): {c['status']}; shares {shares}; "
                        f"committed {', '.join(c['committed']) or 'none'}")
     if state["done"]:
-        out += ["#### Outcome (every lab)", _outcome_table(state["outcomes"], state["labs_info"])]
+        out += ["", "#### Outcome (every lab)", "", _outcome_table(state["outcomes"], state["labs_info"])]
     return "\n".join(out) if out else "No actions yet."
+
+
+def event_sentence(e: dict) -> str:
+    """One market event as a sentence (the API keeps the JSON)."""
+    kind = e.get("type")
+    money = lambda x: f"${x:,.2f}"  # noqa: E731
+    if kind == "offer":
+        verb, prep = ("offers to sell", "to") if e.get("side") == "sell" else ("offers to buy", "from")
+        text = (f"{e['from']} {verb} {e['hours']:g} GPU-hours of {e['block']} {prep} {e['to']} for "
+                f"{money(e['price'])} ({e['id']})")
+        if e.get("kind") == "pitch":
+            text += f", with a pitch the judge scored {e['score']:.2f}: “{e['text']}”"
+            if e.get("reasons"):
+                text += " (" + "; ".join(e["reasons"]) + ")"
+        return text + "."
+    if kind == "deal":
+        return (f"Deal on {e['offer']}: {e['seller']} sells {e['hours']:g} GPU-hours to {e['buyer']} for "
+                f"{money(e['price'])} (new block {e['block']}).")
+    if kind == "rejected":
+        return f"{e['by']} rejected offer {e['offer']}."
+    if kind == "shock":
+        parts = [f"{k.replace('_', ' ')} {v}" for k, v in e.items() if k not in ("type", "kind", "round")]
+        return f"Market shock: {str(e.get('kind', '')).replace('_', ' ')}" + (f" ({', '.join(parts)})." if parts else ".")
+    if kind == "coalition":
+        rest = ""
+        if e.get("split"):
+            rest = " Split: " + ", ".join(f"{k} {v:g} h" for k, v in e["split"].items()) + "."
+        if e.get("fine"):
+            rest += f" Fine {money(e['fine'])}."
+        return f"Coalition {e['id']}: {e['status']}.{rest}"
+    return "Event: " + ", ".join(f"{k} {v}" for k, v in e.items()) + "."
+
+
+def judge_markdown(state: dict) -> str:
+    """Every judged pitch: who pitched what to whom, the judge's score and its reasons."""
+    pitches = state.get("pitches") or []
+    if not pitches:
+        return "No pitch was made in this game."
+    out = ["| offer | from → to | pitch | judge score | outcome | the judge's reasons |", "|---|---|---|---|---|---|"]
+    for p in pitches:
+        reasons = "; ".join(p.get("reasons", [])).replace("|", "/")
+        out.append(f"| {p.get('offer', '')} | {p['from']} → {p['to']} | “{str(p['text']).replace('|', '/')}” | "
+                   f"{p['score']:.2f} | {p['status']} | {reasons} |")
+    return "\n".join(out)
+
+
+@functools.lru_cache(maxsize=4)
+def showcase_seed(task: str = "coalition_market", policy: str = "expert", limit: int = 100) -> int:
+    """The first seed whose game shows the market's mechanics: a coalition forms and a pitch is
+    judged (the page's default, found by this rule rather than picked by hand)."""
+    from env.market import make_policy, play_market  # noqa: PLC0415
+    for seed in range(limit):
+        env = play_market(task, seed, make_policy(policy))
+        if env.coalitions and any(o.text for o in env.offers.values()):
+            return seed
+    return 0
 
 
 def person_markdown(state: dict) -> str:
@@ -247,16 +312,17 @@ def person_markdown(state: dict) -> str:
     lines += ["", f"Spot: {m['spot_hours']:g} GPU-hours at ${m['spot_price']:.2f}/h; energy ${m['energy_price']:.2f}/unit; "
                   f"volume lots{rule}: {lots}."]
     if o["offers"]:
-        lines.append("**Open offers involving you:** " + "; ".join(
+        lines.append("\n##### Open offers involving you\n" + "; ".join(
             f"{x['id']} {x['from']}→{x['to']} {x['side']} {x['hours']:g} h of {x['block']} for ${x['price']:,.2f}"
             + (f" (pitch, judge score {x['score']:.2f})" if x["pitch"] else "") for x in o["offers"]))
     if o["coalitions"]:
-        lines.append("**Coalitions:** " + "; ".join(f"{c['id']} for {c['lot']}: {c['status']}, members "
+        lines.append("\n##### Coalitions\n" + "; ".join(f"{c['id']} for {c['lot']}: {c['status']}, members "
                                                      f"{', '.join(c['members'])}" for c in o["coalitions"]))
     if state["events"]:
-        lines.append("**What you have seen:**\n" + "\n".join(f"- {json.dumps(e)}" for e in state["events"][-12:]))
+        lines.append("\n##### What you have seen\n" + "\n".join(f"- {event_sentence(e)}"
+                                                                 for e in state["events"][-12:]))
     if state["your_steps"]:
-        lines.append("**Your actions:**\n" + "\n".join(
+        lines.append("\n##### Your actions\n" + "\n".join(
             f"- round {s['round'] + 1}: {_act(s['action'])} → {s['code']}: {s['detail']}" for s in state["your_steps"]))
     return "\n".join(lines)
 

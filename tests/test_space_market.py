@@ -146,3 +146,27 @@ def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
     assert "game over" in card and "Outcome (every lab)" in rounds and "reward" in outcome
     final = view(app.MARKETS.get(sid))
     assert final["steps"] == play_market("market_round", 5, make_policy("expert")).transcript
+
+
+def test_the_market_reads_as_sentences_with_collapsible_rounds_a_judge_panel_and_one_colour_per_task():
+    import app
+    from space import figures as F
+    from space import market as M
+    seed = M.showcase_seed()
+    st = app.market_play(task="coalition_market", seed=seed)
+    assert st["coalitions"] and st["pitches"], "the default seed shows a coalition and a judged pitch"
+    md = M.rounds_markdown(st)
+    assert md.count("<details") == md.count("</details>") >= 2 and md.count("<details open>") == 1
+    assert md.rindex("<details open>") > md.rindex("<details>"), "the latest round is the open one"
+    assert "The judge: every pitch" in md and f"{st['pitches'][0]['score']:.2f}" in md
+    assert all(reason in md for reason in st["pitches"][0]["reasons"])
+    for e in [{"type": "deal", "offer": "o1", "buyer": "lab0", "seller": "lab2", "hours": 40.0, "price": 56.0,
+               "block": "b9"}, {"type": "rejected", "offer": "o3", "by": "lab1"},
+              {"type": "coalition", "id": "c1", "status": "bought", "lot": "lot1", "split": {"lab0": 70.0}},
+              {"type": "offer", "id": "o2", "from": "lab3", "to": "lab0", "side": "buy", "block": "b1",
+               "hours": 40.0, "price": 56.0}]:
+        text = M.event_sentence(e)
+        assert text.endswith(".") and "{" not in text and "'" not in text, text
+    bars, shocks = F.market_bars(), F.market_shocks()
+    colours = {t.name: t.marker.color for t in bars.data}
+    assert all(colours[t.name] == t.marker.color for t in shocks.data if t.name in colours)
