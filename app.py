@@ -389,11 +389,19 @@ def ui_send(session, action, price, talk):
         yield (*outs, controls if state["done"] or state["to_move"] == state["you"] else gr.skip(), "")
 
 
-def _market_outputs(state: dict):
-    """State -> (card, rounds, outcome, person's controls visible)."""
+def _market_outputs(state: dict, chart: bool = True):
+    """State -> (card, rounds, outcome, per-round chart, person's controls visible). The chart is
+    drawn once an agents' game is over (a replay from its seed; a person's game cannot be replayed)."""
     outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
-    return M.card_markdown(state), M.rounds_markdown(state), outcome, gr.update(visible=bool(state["you"])
-                                                                               and not state["done"])
+    if not chart:
+        plot = gr.skip()
+    elif state["done"] and state["policy"] != HUMAN:
+        plot = F.market_rounds_chart(M.round_series(state["task"], state["policy"], state["seed"],
+                                                    state["counterparts"]))
+    else:
+        plot = F.market_rounds_chart(None)
+    return M.card_markdown(state), M.rounds_markdown(state), outcome, plot, gr.update(visible=bool(state["you"])
+                                                                                     and not state["done"])
 
 
 @_clear_errors
@@ -408,7 +416,8 @@ def ui_market_start(task, policy, counterparts, seed, old_session):
         yield (game.id, *_market_outputs(M.view(game)))
         for _ in M.rounds(game.match):
             time.sleep(PACE_S)
-            yield (game.id, *_market_outputs(M.view(game)))
+            state = M.view(game)
+            yield (game.id, *_market_outputs(state, chart=state["done"]))
 
 
 @_clear_errors
@@ -585,6 +594,7 @@ def _market_tab(demo: gr.Blocks) -> None:
         m_send = gr.Button("Act", variant="primary", elem_id="market-send")
     m_rounds = gr.Markdown(elem_id="market-rounds")
     m_outcome = gr.Markdown(elem_id="market-outcome")
+    m_chart = gr.Plot(label="money and GPU-hours per round", elem_id="market-chart")
     with gr.Accordion("Reward terms and the action schema", open=False):
         gr.Markdown(M.REWARD_MD + "\n\n**Actions** (one JSON object per step; a reply that is not "
                     "one gets a reason code and the penalty):\n\n" + M.ACTIONS_TABLE)
@@ -597,8 +607,8 @@ def _market_tab(demo: gr.Blocks) -> None:
                            elem_id="market-table")
     m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
     m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
-                  [m_session, m_card, m_rounds, m_outcome, m_controls], api_visibility="private")
-    m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_controls],
+                  [m_session, m_card, m_rounds, m_outcome, m_chart, m_controls], api_visibility="private")
+    m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_chart, m_controls],
                  api_visibility="private")
     demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
 

@@ -460,6 +460,27 @@ def market_shocks(name: str = MARKET_EVAL) -> go.Figure:
     return fig
 
 
+LAB_COLORS = ("#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def market_rounds_chart(series: dict | None) -> go.Figure:
+    """Each lab's money and GPU-hours after every round of one game (lab 0 in red in both panels)."""
+    if not series:
+        return _empty("Money and GPU-hours per round", "shown for a game played by agents, or once yours ends")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("money ($)", "GPU-hours held (blocks owned)"))
+    for i, lab in enumerate(series["labs"]):
+        color = LAB_COLORS[i % len(LAB_COLORS)]
+        fig.add_scatter(x=series["rounds"], y=series["money"][i], name=lab, legendgroup=lab, mode="lines+markers",
+                        line={"color": color}, row=1, col=1)
+        fig.add_scatter(x=series["rounds"], y=series["hours"][i], name=lab, legendgroup=lab, showlegend=False,
+                        mode="lines+markers", line={"color": color}, row=1, col=2)
+    fig.update_xaxes(title_text="after round (0 = start)", dtick=1)
+    fig.update_yaxes(title_text="dollars", row=1, col=1)
+    fig.update_yaxes(title_text="GPU-hours", row=1, col=2)
+    fig.update_layout(height=360, title="Each lab's money and GPU-hours, round by round")
+    return fig
+
+
 def market_table(name: str = MARKET_EVAL) -> list[list]:
     out = []
     for r in market_rows(name):

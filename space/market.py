@@ -295,6 +295,37 @@ def showcase_seed(task: str = "coalition_market", policy: str = "expert", limit:
     return 0
 
 
+def round_series(task: str, policy: str, seed: int, counterparts: str | None = None) -> dict:
+    """Each lab's money and GPU-hours held (blocks it owns) at the start and at the end of every
+    round, from a replay of the agents' game (scripted policies replay exactly from the seed)."""
+    from env.market import make_policy  # noqa: PLC0415
+    from env.market.play import MarketMatch  # noqa: PLC0415
+    match = MarketMatch(task, seed, make_policy(policy), None if counterparts in (None, WORLD) else counterparts)
+    env = match.env
+    w = env.world
+
+    def snapshot():
+        hours = [0.0] * len(w.labs)
+        for b in w.blocks.values():
+            if 0 <= b.owner < len(w.labs):
+                hours[b.owner] += b.hours
+        return [lab.money for lab in w.labs], hours
+
+    money, hours = snapshot()
+    series = {"rounds": [0], "money": [[m] for m in money], "hours": [[h] for h in hours],
+              "labs": [lab.name for lab in w.labs]}
+    current = env.round
+    for _ in match.moves():
+        if env.round != current or env.done:
+            current = env.round
+            money, hours = snapshot()
+            series["rounds"].append(len(series["rounds"]))
+            for i in range(len(w.labs)):
+                series["money"][i].append(money[i])
+                series["hours"][i].append(hours[i])
+    return series
+
+
 def person_markdown(state: dict) -> str:
     """What the person playing lab 0 sees: their resources, the market, offers, events."""
     o = state["observation"]

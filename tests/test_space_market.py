@@ -142,10 +142,17 @@ def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
     monkeypatch.setattr(app, "PACE_S", 0)
     frames = list(app.ui_market_start("market_round", "expert", "world", 5, ""))
     assert len(frames) >= TASKS["market_round"].rounds
-    sid, card, rounds, outcome, _ = frames[-1]
+    sid, card, rounds, outcome, chart, _ = frames[-1]
     assert "game over" in card and "Outcome (every lab)" in rounds and "reward" in outcome
     final = view(app.MARKETS.get(sid))
     assert final["steps"] == play_market("market_round", 5, make_policy("expert")).transcript
+    # the per-round chart replays the game: lab 0's money at the end is its money in the final state
+    money = chart.data[0].y
+    assert len(money) == TASKS["market_round"].rounds + 1 and chart.data[0].name == "lab0"
+    start = final["labs_info"][0]["start_money"]
+    assert money[0] == pytest.approx(start)
+    terms = final["outcomes"][0]["terms"]  # every term but the jobs' value is money paid or received
+    assert money[-1] - start == pytest.approx(sum(v for k, v in terms.items() if k != "value"), abs=0.01)
 
 
 def test_the_market_reads_as_sentences_with_collapsible_rounds_a_judge_panel_and_one_colour_per_task():
