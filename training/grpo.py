@@ -25,8 +25,10 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOConfig
 
 from env.bargain.protocol import REASONING_MODES
@@ -35,6 +37,7 @@ from training.games import GameArguments, game_for
 from training.games.base import reward_stats
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
+PROCESS_SEED_STRIDE = 1_000_003  # process k samples with seed + k * this
 DEFAULT_DIR = "runs/grpo"
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
               "--num_generations", "4", "--save_steps", "1", "--max_new_tokens", "16", "--max_turns", "2"]
@@ -47,6 +50,9 @@ class GRPOScriptArguments(GameArguments):
     max_new_tokens: int = field(default=64, metadata={"help": "tokens per buyer reply"})
     think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact ('' for none)"})
+    episode_log: str = field(default="", metadata={
+        "help": "write the episodes each process plays to PATH.rank<N>.jsonl (step, process, dataset row, the "
+                "row's episode): how the tests check the split across processes ('' for none)"})
     card_eval: str = field(default="artifacts/eval_results.json",
                            metadata={"help": "evaluation artifact whose table goes into the model card (--push_to_hub)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 2 steps of 8 episodes (flags still win)"})
@@ -96,9 +102,10 @@ class EpisodeRollouts:
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         if self.backend is None or self.backend.model is not model:
+            # each process samples its own episodes: its own generation seed
             sampling = SamplingConfig(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                                      max_new_tokens=self.script.max_new_tokens,
-                                      think_tokens=self.script.think_tokens, seed=self.cfg.seed)
+                                      max_new_tokens=self.script.max_new_tokens, think_tokens=self.script.think_tokens,
+                                      seed=self.cfg.seed + PROCESS_SEED_STRIDE * trainer.accelerator.process_index)
             self.backend = TransformersBackend(model, trainer.processing_class, sampling)
             self.agent = LLMAgent(self.backend, self.script.reasoning_mode, name="policy")
         return self.agent
@@ -112,8 +119,19 @@ class EpisodeRollouts:
         finally:
             agent.backend.model.train(was_training)
         self.last_records = records
-        self.steps.append({**reward_stats(records, self.cfg.num_generations, trainer.state.global_step + 1),
-                           **self.game.step_stats(records)})
+        step = trainer.state.global_step + 1
+        acc = trainer.accelerator
+        if self.script.episode_log:
+            with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:
+                for p in prompts:
+                    f.write(json.dumps({"step": step, "process": acc.process_index, "row": int(p),
+                                        "episode": asdict(self.episodes[int(p)])}) + "\n")
+        # the curve covers every process's episodes (gathered), grouped by dataset row wherever played
+        mine = [{"row": int(p), "reward": r.reward, "metrics": r.metrics} for p, r in zip(prompts, records)]
+        everyone = gather_object(mine) if acc.num_processes > 1 else mine
+        played = [SimpleNamespace(reward=e["reward"], metrics=e["metrics"]) for e in everyone]
+        self.steps.append({**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
+                           **self.game.step_stats(played), "processes": acc.num_processes})
         limit = self.cfg.max_completion_length
         return {
             "prompt_ids": [r.prompt_ids for r in records],
@@ -191,6 +209,10 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
 
     path = model_args.model_name_or_path or "runs/sft/final"
     final = Path(cfg.output_dir) / "final"
+    acc = trainer.accelerator
+    acc.wait_for_everyone()
+    if not acc.is_main_process:  # one writer: the main process saves the policy, the curve and any push
+        return final
     lora = hasattr(trainer.model, "merge_and_unload")
     trainer.model.save_pretrained(final)  # with LoRA: the adapter alone (a few MB) over its base
     trainer.processing_class.save_pretrained(final)
@@ -204,7 +226,7 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
         config = {"script": {k: v for k, v in asdict(script).items() if k not in ("seller_names", "task_names")},
                   "push_to_hub": bool(hub), "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "model": path, "peft": model_args.use_peft, "train_products": len(game.train),
-                  "checkpoint": str(final), "resumed": resumed}
+                  "checkpoint": str(final), "resumed": resumed, "world_size": acc.num_processes}
         seeds = {"rows": game.seed_rule("rows"), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(script_path, [script_path, *argv])),

@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None):
     trainer.train(resume_from_checkpoint=True if resume else None)
     final = Path(cfg.output_dir) / "final"
     trainer.save_model(str(final))  # with LoRA: the adapter alone (a few MB), its base named for load_model
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.accelerator.is_main_process:  # one writer: the main process records the run
+        return trainer, final
     tok.save_pretrained(final)
     save_adapter_base(final, script.model)
     write_lineage(final, resolve_model_path(script.model), "sft",
@@ -130,7 +133,8 @@ def main(argv: list[str] | None = None):
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(game.train), "checkpoint": str(final), "resumed": resume, "lora": lora,
-                  "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32"}
+                  "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32",
+                  "world_size": trainer.accelerator.num_processes}
         seeds = {"games": game.expert_seed_rule(len(agents)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),

@@ -42,10 +42,18 @@ def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: st
     return LLMAgent(backend, reasoning_mode or config.reasoning_mode, name=label(model))
 
 
-def reward_stats(records, num_generations: int, step: int) -> dict:
-    """Reward spread of one GRPO step's episodes, and the share of groups with no spread at all."""
+def reward_stats(records, num_generations: int, step: int, keys: list | None = None) -> dict:
+    """Reward spread of one GRPO step's episodes, and the share of groups with no spread at all.
+    A group is the episodes sharing a key (the dataset row: scenario, seller and seed), wherever
+    they were played; without keys, runs of ``num_generations`` in order (one process)."""
     rewards = [r.reward for r in records]
-    groups = [rewards[i: i + num_generations] for i in range(0, len(rewards), num_generations)]
+    if keys is not None:
+        by_key: dict = {}
+        for k, r in zip(keys, rewards):
+            by_key.setdefault(k, []).append(r)
+        groups = list(by_key.values())
+    else:
+        groups = [rewards[i: i + num_generations] for i in range(0, len(rewards), num_generations)]
     return {"step": step, "episodes": len(records),
             "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
             "reward_min": min(rewards), "reward_max": max(rewards),
