@@ -1,0 +1,84 @@
+"""Scaling out: the accelerate configs load, and SFT and GRPO run data parallel with two CPU
+processes (gloo) through ``accelerate launch``: the processes play disjoint shares of each step's
+episodes that together are the single-process set, groups stay whole, and only one process writes."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs" / "accelerate"
+EXPECTED = {"single_gpu.yaml": "NO", "multi_gpu.yaml": "MULTI_GPU", "fsdp.yaml": "FSDP",
+            "deepspeed_zero2.yaml": "DEEPSPEED", "deepspeed_zero3.yaml": "DEEPSPEED", "cpu_2proc.yaml": "MULTI_CPU"}
+
+
+def test_every_accelerate_config_loads_and_the_readme_launches_each():
+    from accelerate.commands.config.config_args import load_config_from_file
+    assert {p.name for p in CONFIGS.glob("*.yaml")} == set(EXPECTED)
+    readme = (ROOT / "README.md").read_text()
+    for name, kind in EXPECTED.items():
+        cfg = load_config_from_file(str(CONFIGS / name))
+        assert cfg.distributed_type.value == kind, name
+        assert f"configs/accelerate/{name}" in readme, f"README's Scaling out section does not use {name}"
+    zero3 = load_config_from_file(str(CONFIGS / "deepspeed_zero3.yaml"))
+    assert zero3.deepspeed_config["zero_stage"] == 3 and zero3.deepspeed_config["zero3_save_16bit_model"]
+    assert load_config_from_file(str(CONFIGS / "cpu_2proc.yaml")).use_cpu
+
+
+def _launch(tmp_path, script, *args, processes=2):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if processes == 1:
+        cmd = [sys.executable, script, *args]
+    else:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu_2proc.yaml"),
+               "--main_process_port", "0", script, *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_sft_smoke_runs_with_two_processes_and_writes_the_single_process_schema(tmp_path, tiny_dir):
+    runs = {}
+    for n in (1, 2):
+        out, curve = tmp_path / f"sft{n}", tmp_path / f"sft{n}.json"
+        _launch(tmp_path, "training/sft.py", "--smoke", "--model", str(tiny_dir), "--output_dir", str(out),
+                "--curve", str(curve), processes=n)
+        assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "lineage.json").is_file()
+        runs[n] = json.loads(curve.read_text())
+    assert runs[2]["provenance"]["config"]["world_size"] == 2 and runs[1]["provenance"]["config"]["world_size"] == 1
+    assert set(runs[1]) == set(runs[2]) and set(runs[1]["points"][0]) == set(runs[2]["points"][0])
+
+
+@pytest.mark.slow
+def test_grpo_with_two_processes_splits_each_steps_episodes_without_overlap_or_loss(tmp_path, tiny_dir):
+    played, curves = {}, {}
+    for n in (1, 2):
+        log, curve = tmp_path / f"episodes{n}", tmp_path / f"grpo{n}.json"
+        _launch(tmp_path, "training/grpo.py", "--smoke", "--model_name_or_path", str(tiny_dir),
+                "--output_dir", str(tmp_path / f"grpo{n}"), "--curve", str(curve), "--episode_log", str(log),
+                processes=n)
+        lines = [json.loads(x) for f in sorted(tmp_path.glob(f"episodes{n}.rank*.jsonl")) for x in f.read_text().split("\n")
+                 if x]
+        assert {x["process"] for x in lines} == set(range(n))
+        played[n], curves[n] = lines, json.loads(curve.read_text())
+    for step in {x["step"] for x in played[1]}:
+        one = collections.Counter((x["row"], json.dumps(x["episode"])) for x in played[1] if x["step"] == step)
+        two = [x for x in played[2] if x["step"] == step]
+        assert collections.Counter((x["row"], json.dumps(x["episode"])) for x in two) == one, \
+            "the two processes together play exactly the single-process episodes"
+        per_process = [collections.Counter(x["row"] for x in two if x["process"] == k) for k in (0, 1)]
+        assert sum(per_process[0].values()) == sum(per_process[1].values()), "an even split"
+        for row in one:  # a group (one dataset row: scenario, seller, seed) has the same episode everywhere
+            assert len({json.dumps(x["episode"]) for x in two if x["row"] == row[0]}) == 1
+    points = curves[2]["points"]
+    assert curves[2]["provenance"]["config"]["world_size"] == 2
+    assert all(p["processes"] == 2 and p["episodes"] == q["episodes"] for p, q in zip(points, curves[1]["points"]))
+    assert set(points[0]) == set(curves[1]["points"][0])
