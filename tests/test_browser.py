@@ -72,7 +72,7 @@ def test_every_tab_renders_its_plots_without_console_errors(page):
         if name == "Environment":  # the SFT sample is rebuilt with the trainer's code on first view
             page.locator("#sft-sample").get_by_text("Thought:").first.wait_for(timeout=120_000)
         if name == "Before vs after":
-            page.get_by_text("Untrained (base)").first.wait_for(timeout=30_000)
+            page.locator("#ba-summary").get_by_text("ceiling").first.wait_for(timeout=30_000)
         assert visible_plots(page) >= plots, f"{name}: expected {plots} plots"
         shot(page, name)
     assert page.errors == [], f"console errors: {page.errors}"
@@ -163,3 +163,65 @@ def test_a_market_game_by_the_expert_and_by_a_person(page):
     text = rounds.inner_text()
     assert "buy_spot" in text and "Outcome (every lab)" in text
     assert page.errors == [], f"console errors: {page.errors}"
+
+
+CLIPPED_JS = """(ids) => ids.flatMap(id => {
+    const root = document.getElementById(id);
+    if (!root || root.offsetParent === null) return [];
+    return [root, ...root.querySelectorAll('*')].filter(el => {
+        const st = getComputedStyle(el);
+        const v = ['auto', 'scroll'].includes(st.overflowY) && el.scrollHeight > el.clientHeight + 2;
+        const h = window.innerWidth > 1000 && ['auto', 'scroll'].includes(st.overflowX)
+                  && el.scrollWidth > el.clientWidth + 2;
+        return v || h;
+    }).map(el => id + ': ' + (el.className || el.tagName));
+})"""
+TABLES = {"At a glance": ["players-table"], "Training": ["pipeline-table"], "Artifacts": ["artifacts-table"],
+          "Evaluation": ["eval-table"], "GPU market": ["market-table"]}
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_every_tab_at_desktop_and_phone_width_with_no_clipped_table(space_url, width):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": width, "height": 900})
+        pg.goto(space_url, wait_until="load", timeout=60_000)
+        pg.get_by_role("tab", name="Play").wait_for(timeout=60_000)
+        for name in TABS:
+            tab = pg.get_by_role("tab", name=name)
+            if not tab.is_visible():  # a phone folds the tab bar: Gradio's overflow menu holds the rest
+                pg.locator(".overflow-menu button, button.overflow-menu").first.click()
+            pg.get_by_role("tab", name=name).click()
+            pg.get_by_role("tab", name=name, selected=True).wait_for(timeout=30_000)
+            if name == "At a glance":
+                pg.locator("#model-cards").get_by_text("In the model seat").wait_for(timeout=30_000)
+            if name == "Artifacts":  # the selected file is shown at once
+                pg.locator("#artifact-provenance").get_by_text("command").first.wait_for(timeout=30_000)
+            pg.wait_for_timeout(0)
+            clipped = pg.evaluate(CLIPPED_JS, TABLES.get(name, []))
+            assert clipped == [], f"{name} at {width} px: content hidden in an inner scroll: {clipped}"
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            slug = re.sub(r"[^a-z]+", "-", name.lower()).strip("-")
+            pg.screenshot(path=str(SHOTS / f"{slug}-{width}.png"), full_page=True)
+        browser.close()
+
+
+def test_a_person_selling_sees_why_a_move_was_refused_and_the_model_is_only_a_buyer(page):
+    open_tab(page, "Play")
+    page.get_by_label("Seller").click()
+    names = [o.inner_text() for o in page.get_by_role("option").all()]
+    page.keyboard.press("Escape")
+    assert "human" in names and "model" not in names, names
+    page.get_by_label("Seller").fill("human")
+    page.get_by_role("option", name="human", exact=True).click()
+    page.get_by_label("Buyer").click()
+    page.get_by_role("option", name="expert", exact=True).click()
+    page.locator("#start-game").click()
+    card = page.locator("#game-card")
+    card.get_by_text("Your cost (private)").wait_for(timeout=30_000)
+    cost = float(re.search(r"Your cost \(private\): \$([\d,]+\.\d\d)", card.inner_text()).group(1).replace(",", ""))
+    page.locator("#human-price input").fill(f"{cost / 2:.2f}")
+    page.locator("#human-price input").press("Tab")
+    page.locator("#human-send").click()
+    page.locator("#game-chat").get_by_text("was refused").wait_for(timeout=30_000)
+    assert "below your cost" in page.locator("#game-chat").inner_text()

@@ -32,13 +32,20 @@ def test_every_accelerate_config_loads_and_the_readme_launches_each():
     assert load_config_from_file(str(CONFIGS / "cpu_2proc.yaml")).use_cpu
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _launch(tmp_path, script, *args, processes=2):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     if processes == 1:
         cmd = [sys.executable, script, *args]
     else:
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu_2proc.yaml"),
-               "--main_process_port", "0", script, *args]
+               "--main_process_port", str(_free_port()), script, *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
