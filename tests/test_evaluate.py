@@ -154,6 +154,17 @@ def test_model_buyers_are_evaluated_greedy_and_sampled_with_the_headline_named(t
                    "--max_new_tokens", "16", "--out", str(again), "--transcripts", "", "--progress", "false"])
     first = [r for r in art["rows"] if r["buyer"] == "base"]
     assert [r for r in json.loads(again.read_text())["rows"] if r["buyer"] == "base"] == first, "greedy replays"
+    third = tmp_path / "third.json"
+    evaluate.main(["--scenarios", "builtin", "--buyers", "none", "--buyer_models", f"base={tiny_dir},slow={tiny_dir}",
+                   "--temperatures", "0,0.7", "--greedy_only", "slow", "--limit", "1", "--seeds", "1", "--sellers",
+                   "neutral", "--max_new_tokens", "8", "--out", str(third), "--transcripts", "", "--progress", "false"])
+    art3 = json.loads(third.read_text())
+    assert {r["buyer"] for r in art3["rows_other_sampling"]} == {"base"}, "greedy_only buyers play the headline only"
+    assert {(r["buyer"], r["sampling"]) for r in art3["rows"] if r["buyer"] != "oracle"} == {("base", "greedy"),
+                                                                                             ("slow", "greedy")}
+    with pytest.raises(ValueError, match="not model buyers"):
+        evaluate.main(["--scenarios", "builtin", "--buyers", "expert", "--greedy_only", "expert", "--limit", "1",
+                       "--out", "", "--transcripts", "", "--progress", "false"])
     for bad in ("0,0", "x", "3"):
         with pytest.raises(ValueError, match="--temperatures"):
             evaluate.EvalConfig(temperatures=bad)

@@ -42,7 +42,9 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
     art = tmp_path / "artifacts"
     pipe = json.loads((art / "pipeline.json").read_text())
     assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate",
-                                                    "generalisation"]
+                                                    "before_after", "generalisation"]
+    ba = json.loads((art / "before_after.json").read_text())
+    assert ba["buyers"] == ["base", "sft", "grpo", "sdpo"] and [g["interest"] for g in ba["games"]][-1] == "conflicting"
     sft_curve = json.loads((art / "sft_training_curve.json").read_text())
     assert PROVENANCE_KEYS <= set(sft_curve["provenance"])
     assert all({"step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy"} <= set(p)
@@ -118,7 +120,9 @@ def test_shipped_training_artifacts_follow_the_contract():
     # the one command recorded every stage and its wall time
     pipe = json.loads((art / "pipeline.json").read_text())
     assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate",
-                                                    "generalisation"]
+                                                    "before_after", "generalisation"]
+    ba = json.loads((art / "before_after.json").read_text())
+    assert ba["buyers"] == ["base", "sft", "grpo", "sdpo"] and [g["interest"] for g in ba["games"]][-1] == "conflicting"
     assert pipe["provenance"]["wall_time_s"] >= sum(s["wall_time_s"] for s in pipe["stages"]) > 0
 
 

@@ -72,6 +72,9 @@ class EvalConfig:
                                                              "0 = greedy, e.g. '0,0.7'; the first gives the headline "
                                                              "rows, the others go to rows_other_sampling (default: "
                                                              "--temperature alone)"})
+    greedy_only: str = field(default="", metadata={"help": "model buyers (comma list of names) evaluated at the "
+                                                           "first --temperatures value only (e.g. a model too slow on "
+                                                           "this machine for both)"})
     oracle: bool = field(default=True, metadata={"help": "add the oracle's rows: a buyer told each scripted seller's "
                                                          "private floor, the ceiling of each game (an upper bound, "
                                                          "not a baseline; rows carry upper_bound: true)"})
@@ -113,6 +116,7 @@ class EvalConfig:
             raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
         check_budget_factor(self.budget_factor)
         self.temperature_list = parse_temperatures(self.temperatures)
+        self.greedy_names = [x.strip() for x in self.greedy_only.split(",") if x.strip()]
         game.check_eval(self)
 
 

@@ -4,7 +4,8 @@ Stages (each a recorded command; each resumes from its own checkpoints if interr
 tiny tokenizer + model -> SFT on expert games (option_a) -> SFT in option_b (the reasoning-format
 ablation, same data and budget) -> GRPO -> SDPO -> evaluation of base, SFT, GRPO and SDPO buyers,
 the option_b SFT buyer and every scripted buyer on the held-out test split -> the trained tiny buyer
-copied to ``artifacts/checkpoints/`` for the Space -> the generalisation studies
+copied to ``artifacts/checkpoints/`` for the Space -> the same held-out games played by every
+stage's buyer (``training/before_after.py``) -> the generalisation studies
 (``training/generalisation.py``). One seller persona (``HELD_OUT_SELLER``) is kept out of every
 training stage. Writes ``artifacts/pipeline.json`` with each stage's command, wall time and hardware.
 
@@ -82,9 +83,14 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                       "--buyer_models", ",".join([*(f"{k}={v}" for k, v in models.items()),
                                                   *([extra_buyers] if extra_buyers else [])]),
                       *(["--buyer_modes", "sft_option_b=option_b"] if option_b else []),
-                      "--temperatures", TEMPERATURES, *ev,
+                      "--temperatures", TEMPERATURES, *(["--greedy_only", ",".join(
+                          item.partition("=")[0].strip() for item in extra_buyers.split(",") if item.strip())]
+                          if extra_buyers else []), *ev,
                       "--out", str(art / "eval_results.json"),
                       "--transcripts", str(art / "transcripts" / "eval_results.jsonl"), "--no_progress"]),
+        ("before_after", ["training/before_after.py", "--scenarios", eval_scenarios,
+                          "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo")),
+                          *(["--mutual", "2"] if smoke else []), "--out", str(art / "before_after.json")]),
         ("generalisation", ["training/generalisation.py", "--train_source", eval_scenarios,
                             "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("sft", "grpo", "sdpo")),
                             "--held_out_seller", HELD_OUT_SELLER, *(["--seller_model", seller_model] if seller_model
@@ -123,7 +129,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seller-model", default="", help="a model seller for generalisation study (d) (a SmolLM2 "
                     "seller SFT'd on scripted sellers' games); without it (d) is recorded as not run")
     ap.add_argument("--extra-buyers", default="", help="more model buyers for the evaluation stage, name=path,... "
-                    "(e.g. smollm2_base=smollm2-135m,smollm2_sft=artifacts/checkpoints/sft-smollm2)")
+                    "(e.g. smollm2_base=smollm2-135m,smollm2_sft=artifacts/checkpoints/sft-smollm2), evaluated "
+                    "at the headline sampling (greedy) only")
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)

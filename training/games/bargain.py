@@ -169,13 +169,17 @@ class BargainGame:
         names = config.buyer_names + ([ORACLE] if oracle else [])
         modes[ORACLE] = config.reasoning_mode
         temps = config.temperature_list or [sampling.temperature]
-        total = sum(len(temps) if b in buyer_agents or seller_agent else 1 for b in names) * \
+        unknown = set(config.greedy_names) - set(buyer_agents)
+        if unknown:
+            raise ValueError(f"--greedy_only names buyers that are not model buyers: {', '.join(sorted(unknown))}")
+        temps_of = {b: temps[:1] if b in config.greedy_names else temps for b in names}
+        total = sum(len(temps_of[b]) if b in buyer_agents or seller_agent else 1 for b in names) * \
             len(config.seller_names) * len(scenarios)
         groups: dict[tuple[str, float | None], dict] = {}  # (buyer, temperature) -> its cells, for the mix rows
         with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
             for b in names:
                 model = b in buyer_agents or seller_agent is not None
-                for t in temps if model else [None]:
+                for t in temps_of[b] if model else [None]:
                     labels = {} if t is None else {"temperature": t, "sampling": sampling_label(t)}
                     for agent in filter(None, (buyer_agents.get(b), seller_agent)) if model else ():
                         agent.sampling = agent.backend.sampling = replace(sampling, temperature=t)
