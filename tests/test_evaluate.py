@@ -168,3 +168,19 @@ def test_model_buyers_are_evaluated_greedy_and_sampled_with_the_headline_named(t
     for bad in ("0,0", "x", "3"):
         with pytest.raises(ValueError, match="--temperatures"):
             evaluate.EvalConfig(temperatures=bad)
+
+
+def test_rows_of_an_earlier_artifact_join_only_when_played_on_the_same_episodes(tmp_path, capsys):
+    from training import evaluate
+    common = ["--scenarios", "builtin", "--limit", "3", "--seeds", "1", "--transcripts", "", "--progress", "false"]
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    evaluate.main(["--buyers", "expert", "--oracle", "false", "--out", str(first), *common])
+    evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", str(second), *common])
+    art = json.loads(second.read_text())
+    joined = [r for r in art["rows"] if r["buyer"] == "expert"]
+    assert joined and all(r["from_artifact"] == str(first) for r in joined)
+    assert art["included_rows"][str(first)]["command"].startswith("python training/evaluate.py")
+    assert joined == [{**r, "from_artifact": str(first)} for r in json.loads(first.read_text())["rows"]]
+    with pytest.raises(SystemExit, match="same episodes"):
+        evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", "", "--scenarios",
+                       "builtin", "--limit", "4", "--seeds", "1", "--transcripts", "", "--progress", "false"])

@@ -72,6 +72,10 @@ class EvalConfig:
                                                              "0 = greedy, e.g. '0,0.7'; the first gives the headline "
                                                              "rows, the others go to rows_other_sampling (default: "
                                                              "--temperature alone)"})
+    include_rows: str = field(default="", metadata={
+        "help": "comma list of earlier evaluation artifacts whose model buyers' rows join this one (played on "
+                "the same products, seeds, sellers and turns, which is checked; each row names its artifact and "
+                "the artifact's provenance is kept): a slow model evaluated once, beside a fresh table"})
     greedy_only: str = field(default="", metadata={"help": "model buyers (comma list of names) evaluated at the "
                                                            "first --temperatures value only (e.g. a model too slow on "
                                                            "this machine for both)"})
@@ -164,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     (config, sampling), argv = parse(HfArgumentParser((EvalConfig, SamplingConfig)), argv)
     try:
         artifact = run(config, sampling=sampling)
-    except ScenarioDataError as exc:  # the user's data: one clear line, not a traceback
+    except (ScenarioDataError, ValueError) as exc:  # the user's data or options: one clear line, not a traceback
         raise SystemExit(f"error: {exc}") from None
     print(GAMES[config.env].table(artifact))
     if config.out:

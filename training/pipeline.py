@@ -49,7 +49,7 @@ TEMPERATURES = "0,0.7"  # evaluation greedy (the headline) and as sampled in RL
 
 
 def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str = "default",
-           seller_model: str = "", extra_buyers: str = "") -> list[tuple[str, list[str]]]:
+           seller_model: str = "", extra_buyers: str = "", include_rows: str = "") -> list[tuple[str, list[str]]]:
     """The stage commands. The option_a / option_b ablation (full preset and smoke) trains a second
     SFT buyer in option_b with the same data and budget (one SFT per format: a shared SFT on both
     formats learned markedly slower at this size) and evaluates it beside the option_a one."""
@@ -83,6 +83,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                       "--buyer_models", ",".join([*(f"{k}={v}" for k, v in models.items()),
                                                   *([extra_buyers] if extra_buyers else [])]),
                       *(["--buyer_modes", "sft_option_b=option_b"] if option_b else []),
+                      *(["--include_rows", include_rows] if include_rows else []),
                       "--temperatures", TEMPERATURES, *(["--greedy_only", ",".join(
                           item.partition("=")[0].strip() for item in extra_buyers.split(",") if item.strip())]
                           if extra_buyers else []), *ev,
@@ -131,12 +132,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--extra-buyers", default="", help="more model buyers for the evaluation stage, name=path,... "
                     "(e.g. smollm2_base=smollm2-135m,smollm2_sft=artifacts/checkpoints/sft-smollm2), evaluated "
                     "at the headline sampling (greedy) only")
+    ap.add_argument("--include-rows", default="", help="earlier evaluation artifacts whose model rows join "
+                    "eval_results.json (same episodes, checked; e.g. artifacts/eval_smollm2.json)")
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)
     work = Path(a.workdir).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
-    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers)
+    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows)
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"provenance": provenance({"smoke": a.smoke, "preset": a.preset, "workdir": str(work),
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
-                                        "extra_buyers": a.extra_buyers},
+                                        "extra_buyers": a.extra_buyers, "include_rows": a.include_rows},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
     write_json(art / "pipeline.json", result)

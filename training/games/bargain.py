@@ -216,7 +216,14 @@ class BargainGame:
         cfg["products"] = len(scenarios)
         seeds = {"base": config.seed_base, "per_product": config.seeds,
                  "rule": "seed = base + product_index * per_product + k"}
+        included = {}
+        for path in (x.strip() for x in config.include_rows.split(",") if x.strip()):
+            extra, source = _included_rows(path, cfg, config, dataset, len(scenarios), {r["buyer"] for r in rows})
+            rows.extend(extra)
+            included[path] = source
         artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+        if included:
+            artifact["included_rows"] = included
         if buyer_agents or seller_agent:
             artifact["sampling"] = {"headline": sampling_label(temps[0]), "others": [sampling_label(t) for t in temps[1:]],
                                     "why": SAMPLING_WHY["greedy" if temps[0] == 0 else "sampled"]}
@@ -247,6 +254,36 @@ class BargainGame:
             text += f"\n\nmodel players at {label}:\n" + format_table(
                 r for r in artifact.get("rows_other_sampling", []) if r["sampling"] == label)
         return text
+
+
+INCLUDE_MUST_MATCH = ("split", "seeds", "seed_base", "max_turns", "budget_factor", "reasoning_mode")
+
+
+def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, taken: set) -> tuple[list, dict]:
+    """The model buyers' rows of an earlier artifact played on the same episodes as this run."""
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+    try:
+        other = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--include_rows: cannot read {path}: {exc}") from None
+    prov = other.get("provenance", {})
+    theirs = prov.get("config", {})
+    differ = [k for k in INCLUDE_MUST_MATCH if theirs.get(k) != cfg.get(k)]
+    if theirs.get("dataset") != dataset or theirs.get("products") != products:
+        differ.append("dataset/products")
+    rows = [r for r in other.get("rows", []) if r["buyer"] not in taken and not r.get("upper_bound")]
+    buyers = {r["buyer"] for r in rows}
+    sellers = {r["seller"] for r in rows if r["seller"] != "mix"}
+    if sellers != set(config.seller_names):
+        differ.append("sellers")
+    if differ:
+        raise ValueError(f"--include_rows: {path} was not played on the same episodes ({', '.join(differ)} differ)")
+    if not buyers:
+        raise ValueError(f"--include_rows: {path} has no rows for buyers not already in this evaluation")
+    keep = {k: prov.get(k) for k in ("command", "commit", "date", "machine", "wall_time_s")}
+    return [{**r, "from_artifact": path} for r in rows], {**keep, "buyers": sorted(buyers),
+                                                         "sampling": other.get("sampling")}
 
 
 def _recorded(config, other_game: tuple[str, ...]) -> dict:
