@@ -90,7 +90,11 @@ def _f(x, fmt: str = "{:+.3f}") -> str:
 
 
 def _label(row: dict) -> str:
-    return f"{row['buyer']} (upper bound)" if row.get("upper_bound") else row["buyer"]
+    if row.get("upper_bound"):
+        return f"{row['buyer']} (upper bound)"
+    if row.get("episodes_subset"):  # a slow model evaluated on the first products only: say so
+        return f"{row['buyer']} ({row['episodes']} episodes: first products only)"
+    return row["buyer"]
 
 
 def eval_table(name: str, seller: str = "mix") -> list[list]:
@@ -121,9 +125,10 @@ def reward_bars(name: str, seller: str = "mix") -> go.Figure:
     rows = [r for r in rows if not r.get("upper_bound")]
     if not rows:
         return _empty("Mean reward per buyer", f"no rows in artifacts/{name}")
-    names = [r["buyer"] for r in rows]
+    names = [_label(r) for r in rows]
     means = [r["reward_mean"] for r in rows]
-    colors = ["#d62728" if n.startswith(TRAINED) else "#1f77b4" for n in names]
+    colors = ["#d62728" if r["buyer"].startswith(TRAINED) or r["buyer"].startswith("smollm2") else "#1f77b4"
+              for r in rows]
     fig = go.Figure()
     fig.add_bar(y=names, x=means, orientation="h", marker_color=colors, name="mean reward", opacity=0.55,
                 error_x={"type": "data", "symmetric": True, "array": [r["reward_std"] for r in rows],

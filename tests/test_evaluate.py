@@ -181,6 +181,13 @@ def test_rows_of_an_earlier_artifact_join_only_when_played_on_the_same_episodes(
     assert joined and all(r["from_artifact"] == str(first) for r in joined)
     assert art["included_rows"][str(first)]["command"] == json.loads(first.read_text())["provenance"]["command"]
     assert joined == [{**r, "from_artifact": str(first)} for r in json.loads(first.read_text())["rows"]]
-    with pytest.raises(SystemExit, match="same episodes"):
-        evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", "", "--scenarios",
-                       "builtin", "--limit", "4", "--seeds", "1", "--transcripts", "", "--progress", "false"])
+    assert not any("episodes_subset" in r for r in joined)
+    wider = tmp_path / "wider.json"  # the first 3 products' episodes are the same in a 4-product run
+    evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", str(wider), "--scenarios",
+                   "builtin", "--limit", "4", "--seeds", "1", "--transcripts", "", "--progress", "false"])
+    sub = [r for r in json.loads(wider.read_text())["rows"] if r["buyer"] == "expert"]
+    assert sub and all(r["episodes_subset"].startswith("the first 3 of these 4") for r in sub)
+    for bad in (["--limit", "2", "--seeds", "1"], ["--limit", "4", "--seeds", "2"]):  # fewer products; other seeds
+        with pytest.raises(SystemExit, match="same episodes"):
+            evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", "", "--scenarios",
+                           "builtin", *bad, "--transcripts", "", "--progress", "false"])

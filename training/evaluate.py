@@ -74,8 +74,9 @@ class EvalConfig:
                                                              "--temperature alone)"})
     include_rows: str = field(default="", metadata={
         "help": "comma list of earlier evaluation artifacts whose model buyers' rows join this one (played on "
-                "the same products, seeds, sellers and turns, which is checked; each row names its artifact and "
-                "the artifact's provenance is kept): a slow model evaluated once, beside a fresh table"})
+                "the same products, or the first of them, with the same seeds, sellers and turns, which is checked; "
+                "each row names its artifact and any subset; the artifact's provenance is kept): a slow model "
+                "evaluated once, beside a fresh table"})
     greedy_only: str = field(default="", metadata={"help": "model buyers (comma list of names) evaluated at the "
                                                            "first --temperatures value only (e.g. a model too slow on "
                                                            "this machine for both)"})

@@ -260,7 +260,8 @@ INCLUDE_MUST_MATCH = ("split", "seeds", "seed_base", "max_turns", "budget_factor
 
 
 def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, taken: set) -> tuple[list, dict]:
-    """The model buyers' rows of an earlier artifact played on the same episodes as this run."""
+    """The model buyers' rows of an earlier artifact played on the same episodes as this run, or on
+    its first products' episodes (the seed rule makes those identical; such rows say so)."""
     import json  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
     try:
@@ -270,8 +271,8 @@ def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, ta
     prov = other.get("provenance", {})
     theirs = prov.get("config", {})
     differ = [k for k in INCLUDE_MUST_MATCH if theirs.get(k) != cfg.get(k)]
-    if theirs.get("dataset") != dataset or theirs.get("products") != products:
-        differ.append("dataset/products")
+    if theirs.get("dataset") != dataset or not 0 < (theirs.get("products") or 0) <= products:
+        differ.append("dataset/products")  # the same products, or the first ones of them
     rows = [r for r in other.get("rows", []) if r["buyer"] not in taken and not r.get("upper_bound")]
     buyers = {r["buyer"] for r in rows}
     sellers = {r["seller"] for r in rows if r["seller"] != "mix"}
@@ -282,8 +283,12 @@ def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, ta
     if not buyers:
         raise ValueError(f"--include_rows: {path} has no rows for buyers not already in this evaluation")
     keep = {k: prov.get(k) for k in ("command", "commit", "date", "machine", "wall_time_s")}
-    return [{**r, "from_artifact": path} for r in rows], {**keep, "buyers": sorted(buyers),
-                                                         "sampling": other.get("sampling")}
+    label = {"from_artifact": path}
+    if theirs["products"] < products:  # same seed rule, so these are exactly the first products' episodes
+        label["episodes_subset"] = (f"the first {theirs['products']} of these {products} test products, "
+                                    f"{theirs['seeds']} seeds each")
+    return [{**r, **label} for r in rows], {**keep, "buyers": sorted(buyers), "products": theirs["products"],
+                                            "sampling": other.get("sampling")}
 
 
 def _recorded(config, other_game: tuple[str, ...]) -> dict:
