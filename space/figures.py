@@ -192,12 +192,14 @@ def headline(name: str = "eval_results.json") -> str:
     if not rows:
         return f"No evaluation of trained buyers yet (`artifacts/{name}`): run `python training/pipeline.py`."
     lines = []
-    for b in ("expert", *TRAINED):
+    models = [b for b in rows if b.startswith("smollm2")]  # the pretrained LLM's rows, where present
+    for b in ("expert", *TRAINED, *models):
         if b in rows:
             r = rows[b]
-            lines.append(f"| {b} | {r['reward_mean']:+.3f} | [{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] "
+            lines.append(f"| {_label(r)} | {r['reward_mean']:+.3f} | [{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] "
                          f"| {r['deal_rate']:.1%} | {r['overshoot_rate']:.1%} | {r['format_error_rate']:.1%} |")
-    scripted = [r for b, r in rows.items() if b != "expert" and not b.startswith(TRAINED) and not r.get("upper_bound")]
+    scripted = [r for b, r in rows.items() if b != "expert" and not b.startswith((*TRAINED, "smollm2"))
+                and not r.get("upper_bound")]
     best = max(scripted, key=lambda r: r["reward_mean"], default=None)
     if best:
         lines.append(f"| best baseline: {best['buyer']} | {best['reward_mean']:+.3f} | "
