@@ -1,5 +1,5 @@
 """Scaling out: the accelerate configs load, and SFT and GRPO run data parallel with two CPU
-processes (gloo) through ``accelerate launch``: the processes play disjoint shares of each step's
+processes (gloo, started by torchrun; Accelerate in the scripts picks them up): the processes play disjoint shares of each step's
 episodes that together are the single-process set, groups stay whole, and only one process writes."""
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ def _free_port() -> int:
 
 
 def _launch(tmp_path, script, *args, processes=2):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "ACCELERATE_USE_CPU": "true"}
     if processes == 1:
         cmd = [sys.executable, script, *args]
-    else:
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CONFIGS / "cpu_2proc.yaml"),
-               "--main_process_port", str(_free_port()), script, *args]
+    else:  # `accelerate launch --cpu` starts several CPU processes only through mpirun; torchrun needs nothing more
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
+               str(_free_port()), script, *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
