@@ -71,7 +71,7 @@ def test_grpo_with_two_processes_splits_each_steps_episodes_without_overlap_or_l
         log, curve = tmp_path / f"episodes{n}", tmp_path / f"grpo{n}.json"
         _launch(tmp_path, "training/grpo.py", "--smoke", "--model_name_or_path", str(tiny_dir),
                 "--output_dir", str(tmp_path / f"grpo{n}"), "--curve", str(curve), "--episode_log", str(log),
-                processes=n)
+                "--per_device_train_batch_size", str(4 // n), processes=n)  # the same episodes per step in all
         lines = [json.loads(x) for f in sorted(tmp_path.glob(f"episodes{n}.rank*.jsonl")) for x in f.read_text().split("\n")
                  if x]
         assert {x["process"] for x in lines} == set(range(n))

@@ -194,7 +194,11 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
         sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
         opponent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
                             script.reasoning_mode, name="frozen-seller")
-    rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+    from accelerate import PartialState  # noqa: PLC0415
+    # episodes per step across every process: TRL's sampler draws from a dataset of this length with one
+    # seeded order, so N processes at 1/N of the per-device batch play exactly one process's episodes
+    rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * \
+        PartialState().num_processes
     episodes = game.rows(rows)
     dataset = Dataset.from_dict({"prompt": [str(i) for i in range(rows)]})
     return game, model, tok, dataset, EpisodeRollouts(script, cfg, game, episodes, opponent), hub
