@@ -447,9 +447,11 @@ def ui_before_after(index):
     """Every buyer's game on the chosen held-out scenario, and the summary table."""
     games, buyers = F.before_after_games(), before_after_buyers()
     if not games:
-        return *([[]] * len(buyers)), f"No `artifacts/{F.BEFORE_AFTER}` yet: run `python training/before_after.py`."
-    g = games[min(int(index or 0), len(games) - 1)]
-    return *(F.transcript_messages(g["games"][b]) for b in buyers), F.before_after_summary(g, buyers)
+        outs = (*([[]] * len(buyers)), f"No `artifacts/{F.BEFORE_AFTER}` yet: run `python training/before_after.py`.")
+    else:
+        g = games[min(int(index or 0), len(games) - 1)]
+        outs = (*(F.transcript_messages(g["games"][b]) for b in buyers), F.before_after_summary(g, buyers))
+    return outs if len(outs) > 1 else outs[0]  # one output component takes the value itself
 
 
 def ui_eval(name: str, seller: str):

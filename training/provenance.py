@@ -23,12 +23,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def git_commit() -> str:
     """HEAD's hash, with ``-dirty`` when tracked code differs from it; ``unknown`` outside git.
-    ``artifacts/`` is not code: the pipeline's own earlier stages write there, which must not make
-    a later stage look as if it ran uncommitted code."""
+    ``artifacts/`` (and the browser tests' screenshots) are not code: the pipeline's own earlier stages
+    write there, which must not make a later stage look as if it ran uncommitted code."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!artifacts"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!artifacts",
+                                ":!assets/screenshots"],
                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
