@@ -651,8 +651,8 @@ def _before_after_tab(demo: gr.Blocks) -> None:
     games, buyers = F.before_after_games(), before_after_buyers()
     gr.Markdown("The same held-out games (scenario, seller and seed) played by the buyer after each stage of "
                 "training, greedily: the untrained model, after SFT on expert games, after RL against the live "
-                "environment. The first games are mutual-interest ones (a deal is possible); the last has the "
-                "budget below the cost, where walking away (reward 0) is the best any buyer can do.")
+                "environment. Most are mutual-interest games (a deal is possible); the one labelled conflicting has "
+                "the budget below the cost, where walking away (reward 0) is the best any buyer can do.")
     pick = gr.Dropdown([(F.before_after_label(g), i) for i, g in enumerate(games)], value=0 if games else None,
                        label="Held-out game", elem_id="ba-game")
     summary = gr.Markdown(elem_id="ba-summary")

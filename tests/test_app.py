@@ -76,8 +76,12 @@ def test_before_after_and_artifact_views():
     *chats, summary = app.ui_before_after(0)
     assert len(chats) == len(app.before_after_buyers()) >= 2 and all(chats)
     assert "| base |" in summary and "ceiling: the oracle" in summary and "change from base" in summary
-    *chats, last = app.ui_before_after(99)  # past the end: the last game, the conflicting one
-    assert "conflicting interest" in last
+    games = app.F.before_after_games()
+    k = next(i for i, g in enumerate(games) if g["interest"] == "conflicting")
+    *chats, conflicting = app.ui_before_after(k)
+    assert "conflicting interest: best possible reward 0" in conflicting
+    *chats, last = app.ui_before_after(99)  # past the end: the last game
+    assert games[-1]["title"] in last
     path, meta = app.ui_artifact("eval_results.json")
     assert path.endswith("eval_results.json") and meta["command"]
     assert app.read_artifact("transcripts/eval_results.jsonl")["records"]

@@ -44,7 +44,8 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
     assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "sft_option_b", "grpo", "sdpo", "evaluate",
                                                     "before_after", "generalisation"]
     ba = json.loads((art / "before_after.json").read_text())
-    assert ba["buyers"] == ["base", "sft", "grpo", "sdpo"] and [g["interest"] for g in ba["games"]][-1] == "conflicting"
+    assert ba["buyers"] == ["base", "sft", "grpo", "sdpo"]
+    assert [g["interest"] for g in ba["games"]].count("conflicting") == 1
     sft_curve = json.loads((art / "sft_training_curve.json").read_text())
     assert PROVENANCE_KEYS <= set(sft_curve["provenance"])
     assert all({"step", "loss", "learning_rate", "grad_norm", "mean_token_accuracy"} <= set(p)
