@@ -538,8 +538,8 @@ def _play_tab() -> None:
     """The "Play" tab."""
     session = gr.State("")
     with gr.Row():
-        buyer = gr.Dropdown(choices(BUYER, model_roles()), value=HUMAN, label="Buyer")
-        seller = gr.Dropdown(choices(SELLER, model_roles()), value="neutral", label="Seller")
+        buyer = gr.Dropdown(choices(BUYER, model_roles()), value=HUMAN, label="Buyer", elem_id="play-buyer")
+        seller = gr.Dropdown(choices(SELLER, model_roles()), value="neutral", label="Seller", elem_id="play-seller")
         mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
         source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
         product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
@@ -678,7 +678,7 @@ def _artifacts_tab() -> None:
     rows = F.list_artifacts()
     gr.Dataframe([[r["file"], r["bytes"], (r["commit"] or "")[:12], r["date"], r["command"]] for r in rows],
                  headers=["file", "bytes", "commit", "date", "command"], interactive=False, wrap=True,
-                 max_height=2000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
+                 max_height=100_000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
                  elem_id="artifacts-table")
     first = rows[0]["file"] if rows else None
     pick = gr.Dropdown([r["file"] for r in rows], value=first, label="File", elem_id="artifact-pick")
