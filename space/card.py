@@ -11,24 +11,22 @@ from each curve's provenance, the row from ``artifacts/eval_results.json``.
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 from space import figures as F
+from training.provenance import trained_roles
 
 TRAINING_STAGES = ("sft", "grpo", "sdpo")
 
 
 def _tensor_parameters(path: Path) -> int:
-    """Parameters stored in a safetensors file, read from its header alone."""
-    with path.open("rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
+    """Parameters stored in a safetensors file, from its header alone (no tensor is read)."""
+    from safetensors import safe_open  # noqa: PLC0415
     total = 0
-    for name, meta in header.items():
-        if name != "__metadata__":
+    with safe_open(str(path), "pt") as f:
+        for name in f.keys():
             count = 1
-            for d in meta["shape"]:
+            for d in f.get_slice(name).get_shape():
                 count *= d
             total += count
     return total
@@ -49,7 +47,7 @@ def card_facts(folder: str | Path) -> dict:
     stages = [s for s in lineage.get("stages", []) if s.get("stage") in TRAINING_STAGES]
     adapter = (folder / "adapter_config.json").is_file()
     facts = {"name": folder.name, "base_model": lineage.get("base_model", "unknown"), "adapter": adapter,
-             "stages": [s["stage"] for s in stages], "roles": sorted({s.get("role", "buyer") for s in stages})}
+             "stages": [s["stage"] for s in stages], "roles": trained_roles(lineage)}
     weights = folder / ("adapter_model.safetensors" if adapter else "model.safetensors")
     if weights.is_file():
         facts["adapter_parameters" if adapter else "parameters"] = _tensor_parameters(weights)

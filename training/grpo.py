@@ -28,6 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from accelerate import PartialState
 from accelerate.utils import gather_object
 from trl import GRPOConfig
 
@@ -194,7 +195,6 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
         sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
         opponent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
                             script.reasoning_mode, name="frozen-seller")
-    from accelerate import PartialState  # noqa: PLC0415
     # episodes per step across every process: TRL's sampler draws from a dataset of this length with one
     # seeded order, so N processes at 1/N of the per-device batch play exactly one process's episodes
     rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * \

@@ -3,10 +3,12 @@ mix, the expert buyer's games for SFT, per-step statistics, and the buyer x sell
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
@@ -262,8 +264,6 @@ INCLUDE_MUST_MATCH = ("split", "seeds", "seed_base", "max_turns", "budget_factor
 def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, taken: set) -> tuple[list, dict]:
     """The model buyers' rows of an earlier artifact played on the same episodes as this run, or on
     its first products' episodes (the seed rule makes those identical; such rows say so)."""
-    import json  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
     try:
         other = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
