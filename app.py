@@ -219,7 +219,7 @@ def list_artifacts() -> list[dict]:
 def market_start(task: str = "single_trade", policy: str = "human", seed: int = 0,
                  counterparts: str = M.WORLD) -> dict:
     """Start a GPU-market game in its own session. Returns the state with its session_id; while you play
-    you see lab 0's view only.
+    you see lab 0's view only. Rounds, job deadlines and block starts count from 1, as on the page.
 
     Args:
         task: 'single_trade', 'market_round' or 'coalition_market'.
@@ -254,7 +254,7 @@ def market_play(task: str = "coalition_market", policy: str = "expert", seed: in
                 counterparts: str = M.WORLD) -> dict:
     """Play a whole market game with a scripted policy in lab 0 and return every round's actions,
     the shocks, the judged pitches with the judge's reasons,
-    the coalitions and every lab's reward terms.
+    the coalitions and every lab's reward terms. Rounds, deadlines and block starts count from 1, as on the page.
 
     Args:
         task: 'single_trade', 'market_round' or 'coalition_market'.

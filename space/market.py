@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import secrets
 import threading
 import time
@@ -132,14 +133,33 @@ def human_action(action) -> str:
 
 
 # ---------------------------------------------------------------------- views
+ROUND_KEYS = ("round", "deadline", "start")  # fields that name a round (the environment counts from 0)
+_ROUND_IN_TEXT = re.compile(r"\b(in round )(\d+)\b")
+
+
+def from_one(x, by: int = 1):
+    """A copy of an environment record with every round it names counted from 1, as the page does:
+    the ``round``, ``deadline`` and ``start`` fields and "in round N" in refusal details. The
+    environment and its agents count rounds from 0; the Space, its API and MCP from 1 (``by=-1``
+    turns an API record back into the environment's numbering)."""
+    if isinstance(x, dict):
+        return {k: v + by if k in ROUND_KEYS and isinstance(v, int) and not isinstance(v, bool)
+                else _ROUND_IN_TEXT.sub(lambda m: f"{m[1]}{int(m[2]) + by}", v) if k == "detail" and isinstance(v, str)
+                else from_one(v, by) for k, v in x.items()}
+    if isinstance(x, list):
+        return [from_one(v, by) for v in x]
+    return x
+
+
 def view(game: MarketGame) -> dict:
-    """The game as its viewer may see it, JSON-ready (see the module docstring)."""
+    """The game as its viewer may see it, JSON-ready (see the module docstring). Rounds, job
+    deadlines and block starts are numbered from 1 (round 1 of ``rounds``), as on the page."""
     env, w = game.env, game.env.world
     full = not game.human or env.done
     state = {
         "session_id": game.id, "task": game.match.task, "seed": game.match.seed, "policy": game.policy,
         "counterparts": game.counterparts, "you": "lab0" if game.human else None,
-        "round": min(env.round, w.task.rounds - 1) + 1, "rounds": w.task.rounds, "labs": env.labs,
+        "round": min(env.round, w.task.rounds - 1), "rounds": w.task.rounds, "labs": env.labs,
         "done": env.done, "to_move": None if env.done else f"lab{env.to_move}",
     }
     if full:
@@ -154,7 +174,7 @@ def view(game: MarketGame) -> dict:
     if env.done:
         out = env.outcome(0)
         state["outcome"] = {**out, "explanation": explain(out)}
-    return state
+    return from_one(state)
 
 
 def explain(out: dict) -> str:
@@ -208,7 +228,7 @@ def rounds_markdown(state: dict) -> str:
     for r in order:
         if r != order[0]:
             out.append("\n</details>\n")
-        out.append(f"<details{' open' if r == order[-1] else ''}><summary><b>Round {r + 1} of {state['rounds']}</b> "
+        out.append(f"<details{' open' if r == order[-1] else ''}><summary><b>Round {r} of {state['rounds']}</b> "
                    f"({len(by_round.get(r, []))} actions{', a shock' if shocks.get(r) else ''})</summary>\n")
         for sh in shocks.get(r, []):
             info = ", ".join(f"{k} {v}" for k, v in sh.items() if k not in ("round", "kind"))
@@ -332,10 +352,10 @@ def person_markdown(state: dict) -> str:
     lines = [f"**You are lab0**, round {state['round']} of {state['rounds']}; {o['actions_left']} action(s) left "
              f"this turn. Money **${o['money']:,.2f}**, reputation {o['reputation']:.2f}.",
              "", "| your job | GPU-hours | done | deadline (round) | value | status |", "|---|---|---|---|---|---|"]
-    lines += [f"| {j['id']} | {j['hours']:g} | {j['done']:g} | {j['deadline'] + 1} | ${j['value']:,.2f} | {j['status']} |"
+    lines += [f"| {j['id']} | {j['hours']:g} | {j['done']:g} | {j['deadline']} | ${j['value']:,.2f} | {j['status']} |"
               for j in o["jobs"]]
     lines += ["", "| block | owner | GPU-hours | starts (round) | reliability | energy/h |", "|---|---|---|---|---|---|"]
-    lines += [f"| {b['id']} | {b['owner']} | {b['hours']:g} | {b['start'] + 1} | {b['reliability']:.2f} | "
+    lines += [f"| {b['id']} | {b['owner']} | {b['hours']:g} | {b['start']} | {b['reliability']:.2f} | "
               f"{b['energy']:.2f} |" for b in o["blocks"]]
     m = o["market"]
     lots = "; ".join(f"{x['id']}: {x['hours']:g} h for ${x['price']:,.2f}" for x in m["lots"]) or "none"
@@ -354,7 +374,7 @@ def person_markdown(state: dict) -> str:
                                                                  for e in state["events"][-12:]))
     if state["your_steps"]:
         lines.append("\n##### Your actions\n" + "\n".join(
-            f"- round {s['round'] + 1}: {_act(s['action'])} → {s['code']}: {s['detail']}" for s in state["your_steps"]))
+            f"- round {s['round']}: {_act(s['action'])} → {s['code']}: {s['detail']}" for s in state["your_steps"]))
     return "\n".join(lines)
 
 
@@ -366,7 +386,7 @@ def card_markdown(state: dict) -> str:
     if "labs_info" in state:
         rows = ["| lab | plays | money at start | jobs (GPU-hours, deadline round, value) |", "|---|---|---|---|"]
         for lab in state["labs_info"]:
-            jobs = "; ".join(f"{j['id']}: {j['hours']:g} h by {j['deadline'] + 1}, ${j['value']:,.0f} ({j['status']})"
+            jobs = "; ".join(f"{j['id']}: {j['hours']:g} h by {j['deadline']}, ${j['value']:,.0f} ({j['status']})"
                              for j in lab["jobs"])
             rows.append(f"| {lab['name']} | {lab['archetype']} | ${lab['start_money']:,.0f} | {jobs} |")
         head += "\n\n" + "\n".join(rows)

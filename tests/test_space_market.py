@@ -10,7 +10,7 @@ import app
 from env.market import TASKS, make_policy, play_market
 from env.market.evaluation import summarize
 from env.market.play import seat_rng
-from space.market import HUMAN, MarketGames, card_markdown, human_action, rounds_markdown, view
+from space.market import HUMAN, MarketGames, card_markdown, from_one, human_action, rounds_markdown, view
 from space.sessions import GameError
 
 
@@ -20,10 +20,11 @@ def expert_person(store, task: str, seed: int, act=None):
     act = act or store.act
     state = store.start(task=task, policy=HUMAN, seed=seed)
     expert = make_policy("expert")
-    expert.reset({**state["observation"], "events": []}, seat_rng(task, seed, 0))
+    own = lambda st: from_one({**st["observation"], "events": []}, -1)  # noqa: E731  (the env's numbering)
+    expert.reset(own(state), seat_rng(task, seed, 0))
     seen = [state]
     while not state["done"]:
-        state = act(state["session_id"], json.dumps(expert.act({**state["observation"], "events": []})))
+        state = act(state["session_id"], json.dumps(expert.act(own(state))))
         seen.append(state)
     return state, seen
 
@@ -33,7 +34,7 @@ def test_a_person_playing_like_the_expert_gets_the_experts_game(task):
     for seed in (0, 5):
         state, _ = expert_person(MarketGames(), task, seed)
         env = play_market(task, seed, make_policy("expert"))
-        assert state["steps"] == env.transcript
+        assert state["steps"] == from_one(env.transcript)
         assert state["outcome"]["reward"] == pytest.approx(env.outcome(0)["reward"])
 
 
@@ -44,7 +45,7 @@ def test_agents_only_games_equal_the_harness_and_show_everything(task):
         state = store.start(task=task, policy=policy, seed=11)
         env = play_market(task, 11, make_policy(policy))
         assert state["done"] and state["you"] is None
-        assert state["steps"] == env.transcript and state["outcomes"] == [env.outcome(i) for i in range(env.labs)]
+        assert state["steps"] == from_one(env.transcript) and state["outcomes"] == [env.outcome(i) for i in range(env.labs)]
         assert state["ledger"]["money"] == pytest.approx(state["ledger"]["money_start"])
         md = rounds_markdown(state)
         assert "Outcome (every lab)" in md and f"Round 1 of {TASKS[task].rounds}" in md
@@ -58,7 +59,8 @@ def test_counterparts_can_be_one_chosen_archetype():
     store = MarketGames()
     state = store.start(task="market_round", policy="expert", seed=4, counterparts="selfish")
     assert [lab["archetype"] for lab in state["labs_info"][1:]] == ["selfish"] * 3
-    assert state["steps"] == play_market("market_round", 4, make_policy("expert"), counterparts="selfish").transcript
+    assert state["steps"] == from_one(play_market("market_round", 4, make_policy("expert"),
+                                                  counterparts="selfish").transcript)
 
 
 def test_a_person_never_sees_another_labs_private_facts():
@@ -138,6 +140,30 @@ def test_market_api_functions():
     assert "Outcome = value" in state["outcome"]["explanation"] and card_markdown(state).startswith("### single_trade")
 
 
+def test_the_api_numbers_rounds_from_one_as_the_page_does():
+    """Rounds, deadlines and block starts read the same in the API (and MCP) as on the page."""
+    store = MarketGames()
+    for task in TASKS:
+        env = play_market(task, 3, make_policy("expert"))
+        state = store.start(task=task, policy="expert", seed=3)
+        rounds = TASKS[task].rounds
+        assert [s["round"] for s in state["steps"]] == [s["round"] + 1 for s in env.transcript]
+        assert {s["round"] for s in state["steps"]} <= set(range(1, rounds + 1)) and state["round"] == rounds
+        md = rounds_markdown(state)
+        for r in {s["round"] for s in state["steps"]}:  # each API round is the page's round of that number
+            assert f"Round {r} of {rounds}</b> ({sum(s['round'] == r for s in state['steps'])} actions" in md
+        assert [j["deadline"] for lab in state["labs_info"] for j in lab["jobs"]] == \
+            [j.deadline + 1 for lab in env.world.labs for j in lab.jobs]
+        person = store.start(task=task, policy=HUMAN, seed=3)
+        obs = person["observation"]
+        assert obs["round"] == person["round"] == 1
+        assert all(b["start"] >= 1 for b in obs["blocks"]) and all(j["deadline"] >= 1 for j in obs["jobs"])
+    # a refusal that names a round names the page's round
+    assert from_one({"detail": "block b3 starts in round 2"})["detail"] == "block b3 starts in round 3"
+    assert from_one(from_one({"round": 0, "start_money": 5, "x": [{"deadline": 4}]}), -1) == \
+        {"round": 0, "start_money": 5, "x": [{"deadline": 4}]}
+
+
 def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
     monkeypatch.setattr(app, "PACE_S", 0)
     frames = list(app.ui_market_start("market_round", "expert", "world", 5, ""))
@@ -145,7 +171,7 @@ def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
     sid, card, rounds, outcome, chart, _ = frames[-1]
     assert "game over" in card and "Outcome (every lab)" in rounds and "reward" in outcome
     final = view(app.MARKETS.get(sid))
-    assert final["steps"] == play_market("market_round", 5, make_policy("expert")).transcript
+    assert final["steps"] == from_one(play_market("market_round", 5, make_policy("expert")).transcript)
     # the per-round chart replays the game: lab 0's money at the end is its money in the final state
     money = chart.data[0].y
     assert len(money) == TASKS["market_round"].rounds + 1 and chart.data[0].name == "lab0"

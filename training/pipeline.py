@@ -36,11 +36,12 @@ SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer
 # resumes from its checkpoints, and finished stages are skipped on a rerun).
 PRESETS = {
     "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
-                "eval": ["--seeds", "2"], "option_b": False},
+                "eval": ["--seeds", "2"]},
     # GRPO runs 160 steps of 64 episodes (10,240); SDPO half as long, compared with GRPO's curve at
-    # equal episodes (both curves log episodes per step)
+    # equal episodes (both curves log episodes per step). Measured here: SFT ~25 min, GRPO ~55 min,
+    # SDPO ~32 min, evaluation ~15 min; the option_b ablation (--ablation) adds another SFT (~25 min)
     "full": {"sft": ["--games", "4000"], "grpo": ["--max_steps", "160"], "sdpo": ["--max_steps", "80"],
-             "eval": ["--seeds", "2"], "option_b": True},
+             "eval": ["--seeds", "2"]},
 }
 # One persona never seen in training (expert games, GRPO and SDPO opponents): the generalisation
 # study (b) reads its row. The adversarial personas are study (c).
@@ -49,15 +50,16 @@ TEMPERATURES = "0,0.7"  # evaluation greedy (the headline) and as sampled in RL
 
 
 def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str = "default",
-           seller_model: str = "", extra_buyers: str = "", include_rows: str = "") -> list[tuple[str, list[str]]]:
-    """The stage commands. The option_a / option_b ablation (full preset and smoke) trains a second
+           seller_model: str = "", extra_buyers: str = "", include_rows: str = "",
+           ablation: bool = False) -> list[tuple[str, list[str]]]:
+    """The stage commands. The option_a / option_b ablation (``ablation``, and always in smoke) trains a second
     SFT buyer in option_b with the same data and budget (one SFT per format: a shared SFT on both
     formats learned markedly slower at this size) and evaluates it beside the option_a one."""
     from env.bargain.players import SELLERS  # noqa: PLC0415
 
     s = ["--smoke"] if smoke else []
     size = {k: [] for k in ("sft", "grpo", "sdpo", "eval")} if smoke else PRESETS[preset]
-    option_b = smoke or PRESETS[preset]["option_b"]
+    option_b = smoke or ablation
     trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
     tiny, sft = work / "tiny-base", work / "sft" / "final"
     models = {"base": tiny, "sft": sft, "grpo": work / "grpo" / "final", "sdpo": work / "sdpo" / "final"}
@@ -134,12 +136,15 @@ def main(argv: list[str] | None = None) -> dict:
                     "at the headline sampling (greedy) only")
     ap.add_argument("--include-rows", default="", help="earlier evaluation artifacts whose model rows join "
                     "eval_results.json (same episodes, checked; e.g. artifacts/eval_smollm2.json)")
+    ap.add_argument("--ablation", action="store_true", help="also train and evaluate an option_b SFT buyer (the "
+                    "<think> format) beside the option_a one, same data and budget (~25 min more here)")
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)
     work = Path(a.workdir).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
-    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows)
+    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
+                  a.ablation)
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
@@ -168,7 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"provenance": provenance({"smoke": a.smoke, "preset": a.preset, "workdir": str(work),
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
-                                        "extra_buyers": a.extra_buyers, "include_rows": a.include_rows},
+                                        "extra_buyers": a.extra_buyers, "include_rows": a.include_rows,
+                                        "ablation": a.ablation},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
     write_json(art / "pipeline.json", result)
