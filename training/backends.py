@@ -3,6 +3,8 @@
 * ``TransformersBackend``: ``model.generate`` on token ids (CPU or GPU), left padding, KV cache,
   sampling parameters, log-probs of the sampled tokens.
 * ``VLLMBackend``: vLLM on token ids (GPU machines; imported only when asked for).
+* ``TRLVLLMBackend``: the vLLM a TRL GRPO trainer keeps in sync (``--use_vllm``, colocated or a
+  ``trl vllm-serve`` server), for the multi-turn rollouts.
 * ``OpenAIChatBackend``: any OpenAI-compatible chat endpoint (``--base-url``; the key comes from
   ``$OPENAI_API_KEY`` or the variable named by ``api_key_env``), for served or frontier models
   as baselines. It sees messages, not token ids, so it records no training tokens.
@@ -221,6 +223,68 @@ class VLLMBackend:
             ids = list(c.token_ids)
             lps = [lp[t].logprob for t, lp in zip(ids, c.logprobs)] if c.logprobs else None
             results.append(Completion(ids, lps, c.finish_reason == "stop"))
+        return results
+
+
+class TRLVLLMBackend:
+    """Generation through the vLLM that TRL's ``GRPOTrainer`` keeps in step with the policy
+    (``--use_vllm``; TRL pushes the new weights before every rollout). ``vllm_mode=colocate``: the
+    trainer's own ``LLM`` on each process's GPU. ``vllm_mode=server``: a separate ``trl vllm-serve``;
+    every process sends its own requests over HTTP (the main process through TRL's client, the
+    others through a client of their own), so processes whose episodes end at different turns
+    never wait on one another's generation calls."""
+
+    kind = "trl-vllm"
+    prefix_cache = False  # vLLM caches prefixes itself
+    client_factory = None  # how a non-main process connects: TRL's VLLMClient unless set
+
+    def __init__(self, trainer, sampling: SamplingConfig | None = None):
+        args, gen = trainer.args, trainer.vllm_generation
+        if args.vllm_mode == "colocate" and (args.vllm_tensor_parallel_size > 1 or args.vllm_enable_sleep_mode):
+            raise ValueError("the multi-turn rollout engine generates per process and per turn: colocated vLLM "
+                             "needs --vllm_tensor_parallel_size 1 and no --vllm_enable_sleep_mode")
+        self.mode, self.tokenizer = args.vllm_mode, trainer.processing_class
+        self.model = trainer.accelerator.unwrap_model(trainer.model)  # for its context length
+        self.sampling = sampling or SamplingConfig()
+        self.calls = 0
+        self.llm = self.client = None
+        if self.mode == "colocate":
+            self.llm = gen.llm
+        elif getattr(gen, "vllm_client", None) is not None:  # the main process: TRL's client
+            self.client = gen.vllm_client
+        else:
+            factory = self.client_factory
+            if factory is None:
+                from trl.generation.vllm_client import VLLMClient as factory  # noqa: PLC0415, N813
+            url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+            self.client = factory(base_url=url, connection_timeout=args.vllm_server_timeout)
+
+    def request(self, max_new_tokens: int, stop_ids: list[int]) -> dict:
+        """The sampling request of one call (what goes to vLLM, either mode)."""
+        s = self.sampling
+        return {"n": 1, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k or -1,
+                "max_tokens": max_new_tokens, "logprobs": 0, "stop_token_ids": list(stop_ids),
+                "seed": s.seed + self.calls, "skip_special_tokens": False}
+
+    def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int]) -> list[Completion]:
+        req = self.request(max_new_tokens, stop_ids)
+        self.calls += 1
+        if self.llm is not None:
+            from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], SamplingParams(**req),
+                                     use_tqdm=False)
+            return [Completion(list(o.outputs[0].token_ids),
+                               [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+                               if o.outputs[0].logprobs else None, o.outputs[0].finish_reason == "stop")
+                    for o in outs]
+        head = {k: req.pop(k) for k in ("n", "temperature", "top_p", "top_k", "max_tokens", "logprobs")}
+        out = self.client.generate(prompts=[list(p) for p in prompts], **head, generation_kwargs=req)
+        stops = set(stop_ids)
+        results = []
+        for ids, lps in zip(out["completion_ids"], out["logprobs"] or [None] * len(prompts)):
+            ids = list(ids)
+            flat = [x[0] if isinstance(x, (list, tuple)) else x for x in lps] if lps is not None else None
+            results.append(Completion(ids, flat, bool(ids) and ids[-1] in stops or len(ids) < max_new_tokens))
         return results
 
 
