@@ -37,10 +37,10 @@ SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer
 PRESETS = {
     "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
                 "eval": ["--seeds", "2"]},
-    # GRPO runs 160 steps of 64 episodes (10,240); SDPO half as long, compared with GRPO's curve at
+    # GRPO runs 160 steps of 64 episodes (10,240); SDPO 40 (2,560), compared with GRPO's curve at
     # equal episodes (both curves log episodes per step). Measured here: SFT ~25 min, GRPO ~55 min,
-    # SDPO ~32 min, evaluation ~15 min; the option_b ablation (--ablation) adds another SFT (~25 min)
-    "full": {"sft": ["--games", "4000"], "grpo": ["--max_steps", "160"], "sdpo": ["--max_steps", "80"],
+    # SDPO ~16 min, evaluation ~15 min; the option_b ablation (--ablation) adds another SFT (~25 min)
+    "full": {"sft": ["--games", "4000"], "grpo": ["--max_steps", "160"], "sdpo": ["--max_steps", "40"],
              "eval": ["--seeds", "2"]},
 }
 # One persona never seen in training (expert games, GRPO and SDPO opponents): the generalisation
