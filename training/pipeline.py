@@ -160,11 +160,12 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"[pipeline] {name}: finished by an earlier run, skipped (--restart to redo)", flush=True)
             done.append({**finished[name], "skipped_now": True})
             continue
-        ran, t0 = True, time.perf_counter()
+        ran, t0, started_at = True, time.perf_counter(), git_commit()
         print(f"[pipeline] {name}: {command}", flush=True)
         subprocess.run([sys.executable, *cmd], cwd=REPO_ROOT, check=True)
+        # the code the stage ran is the commit it started at; its artifacts record HEAD when they were written
         done.append({"stage": name, "command": command, "wall_time_s": time.perf_counter() - t0,
-                     "hardware": machine(), "commit": git_commit()})
+                     "hardware": machine(), "commit": started_at, "commit_at_end": git_commit()})
         finished[name] = done[-1]
         write_json(state_path, finished)
     final = work / "grpo" / "final"
