@@ -132,6 +132,27 @@ def test_target_checks_say_met_and_missed():
     assert target_checks([_row("expert", 0.2)]) is None
 
 
+def test_the_headline_trained_buyer_is_the_best_full_row_and_its_targets_are_checked():
+    from training.games.bargain import headline_checks
+    rows = [_row("expert", 0.24), _row("always_accept", 0.12), _row("random_valid", 0.13), _row("sft", 0.1),
+            _row("grpo", 0.2, half=0.06, over=0.01), {**_row("oracle", 0.5), "upper_bound": True},
+            {**_row("smollm2_sft", 0.4), "episodes_subset": "the first 12 products"}, _row("smollm2_base", 0.3)]
+    for r in rows:
+        r["episodes"] = 168 if r.get("episodes_subset") else 700
+    h = headline_checks(rows)  # not the ceiling, not a subset's row, not an untrained base
+    assert h["headline_above_every_baseline_beyond_ci"]["headline"] == "grpo"
+    assert h["headline_above_every_baseline_beyond_ci"]["met"] is False  # its 0.14 is below random_valid's 0.15
+    assert h["headline_above_every_baseline_beyond_ci"]["baselines_not_beaten"] == {"random_valid": 0.13}
+    assert h["headline_at_or_above_expert"]["met"] is False
+    assert h["headline_at_or_above_expert"]["gap"] == pytest.approx(-0.04)
+    assert h["headline_overshoot_below_2pct"]["met"] and h["headline_format_errors_below_2pct"]["met"]
+    rows[4] = {**_row("grpo", 0.3, fmt=0.03), "episodes": 700}
+    h = headline_checks(rows)
+    assert h["headline_above_every_baseline_beyond_ci"]["met"] and h["headline_at_or_above_expert"]["met"]
+    assert h["headline_format_errors_below_2pct"] == {"met": False, "value": 0.03}
+    assert headline_checks([_row("expert", 0.2)]) is None
+
+
 def test_shipped_training_evaluation_states_its_targets():
     from training.evaluate import target_checks
     data = json.loads((ROOT / "artifacts" / "eval_results.json").read_text())

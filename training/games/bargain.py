@@ -358,4 +358,36 @@ def target_checks(rows: list[dict]) -> dict | None:
                                            "value": mix[best_trained]["reward_mean"],
                                            "expert": mix.get("expert", {}).get("reward_mean")},
         "overshoot_rate": {b: mix[b]["overshoot_rate"] for b in trained},
+        **(headline_checks(rows) or {}),
+    }
+
+
+def headline_checks(rows: list[dict]) -> dict | None:
+    """The headline trained buyer's targets on the seller-mix rows: the trained buyer with the best
+    mean among those played on every episode (rows of a subset of the products, the untrained bases
+    and the oracle's ceiling are not candidates), above every scripted baseline beyond both 95% CIs
+    (its CI's low end above the baseline's high end), at or above the expert (the gap either way),
+    and format errors and overshoot each under 2%. None without such a buyer."""
+    from env.bargain.players import BUYERS  # noqa: PLC0415
+
+    mix = {r["buyer"]: r for r in rows if r["seller"] == "mix"}
+    full = max((r.get("episodes", 0) for r in mix.values()), default=0)
+    trained = {b: r for b, r in mix.items() if b not in BUYERS and not r.get("upper_bound") and b != "base"
+               and not b.endswith("_base") and not r.get("episodes_subset") and r.get("episodes", 0) == full}
+    if not trained:
+        return None
+    best = max(trained, key=lambda b: trained[b]["reward_mean"])
+    h = trained[best]
+    baselines = {b: mix[b] for b in SCRIPTED_BASELINES if b in mix}
+    not_beaten = {b: r["reward_mean"] for b, r in baselines.items() if not h["reward_ci95"][0] > r["reward_ci95"][1]}
+    expert = mix.get("expert", {}).get("reward_mean")
+    return {
+        "headline_above_every_baseline_beyond_ci": {"met": bool(baselines) and not not_beaten, "headline": best,
+                                                    "value": h["reward_mean"], "ci95": h["reward_ci95"],
+                                                    "baselines_not_beaten": not_beaten},
+        "headline_at_or_above_expert": {"met": expert is not None and h["reward_mean"] >= expert, "headline": best,
+                                        "value": h["reward_mean"], "expert": expert,
+                                        "gap": None if expert is None else h["reward_mean"] - expert},
+        "headline_format_errors_below_2pct": {"met": h["format_error_rate"] < 0.02, "value": h["format_error_rate"]},
+        "headline_overshoot_below_2pct": {"met": h["overshoot_rate"] < 0.02, "value": h["overshoot_rate"]},
     }
