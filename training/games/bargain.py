@@ -336,12 +336,13 @@ SCRIPTED_BASELINES = ("always_accept", "split_difference", "lowballer", "offer_b
 
 
 def target_checks(rows: list[dict]) -> dict | None:
-    """The training issue's targets, checked on the seller-mix rows (None without sft and grpo rows):
-    SFT format errors under 2%; GRPO above SFT beyond both 95% CIs; GRPO above every scripted
-    baseline except the expert; a trained buyer above the expert (stretch); overshoot rates."""
+    """The training issues' targets, checked on the seller-mix rows: SFT format errors under 2%;
+    GRPO above SFT beyond both 95% CIs; GRPO above every scripted baseline except the expert; a
+    trained buyer above the expert (stretch); overshoot rates (these need sft and grpo rows); and
+    the headline trained buyer's (``headline_checks``). None without a trained buyer."""
     mix = {r["buyer"]: r for r in rows if r["seller"] == "mix"}
     if "sft" not in mix or "grpo" not in mix:
-        return None
+        return headline_checks(rows)
     sft, grpo = mix["sft"], mix["grpo"]
     trained = [b for b in ("sft", "grpo", "sdpo") if b in mix]
     below = [b for b in SCRIPTED_BASELINES if b in mix and grpo["reward_mean"] <= mix[b]["reward_mean"]]
