@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -190,6 +191,13 @@ def test_leak_guard_fires(tiny):
     clean = make_scenario(description="A lamp.", cost=55.0, **base)
     obs = env.reset(clean, 0)
     Conversation(agent, "buyer", clean).observe(obs)  # no leak, no error
+    # a cost whose digits sit inside the buyer's own budget ($5.99 in $55.99) is no leak
+    inside = make_scenario(description="A lamp.", cost=5.99, **{**base, "list_price": 55.99})
+    inside = replace(inside, budget=55.99)
+    Conversation(agent, "buyer", inside).observe(env.reset(inside, 0))
+    with pytest.raises(LeakError, match="cost"):  # the same cost written out is one
+        shown = replace(inside, description="Cost to us: $5.99.")
+        Conversation(agent, "buyer", shown).observe(env.reset(shown, 0))
     env.step("Thought: SECRET-PLAN-1234\nTalk: hi\nAction: [BUY] $40")
     conv = Conversation(agent, "seller", clean)
     conv.observe(env.observe("seller"), opponent_thoughts=("SECRET-PLAN-1234",))

@@ -8,6 +8,8 @@ apart, this catches a prompt builder that reaches around them).
 
 from __future__ import annotations
 
+import re
+
 from env.bargain.env import Message, Observation
 from env.bargain.protocol import format_price
 from env.bargain.rules import BUYER, SELLER
@@ -73,6 +75,12 @@ def _number_forms(value: float) -> tuple[str, ...]:
     return (format_price(value), f"{value:.2f}", f"{value:,.2f}")
 
 
+def _names_number(text: str, form: str) -> bool:
+    """``form`` appears in ``text`` as a whole number, not inside a longer one ($5.99 is not in
+    $55.99 or $5.995)."""
+    return re.search(rf"(?<![\d.,]){re.escape(form)}(?!\d)", text) is not None
+
+
 def assert_no_leak(text: str, scenario: Scenario, role: str, opponent_thoughts: tuple[str, ...] = (),
                    check_values: bool = True) -> str:
     """Raise ``LeakError`` if ``text`` (a prompt for ``role``) holds the other side's secrets.
@@ -85,7 +93,7 @@ def assert_no_leak(text: str, scenario: Scenario, role: str, opponent_thoughts: 
     """
     secret = scenario.cost if role == BUYER else scenario.budget
     for form in _number_forms(secret) if check_values else ():
-        if form in text:
+        if _names_number(text, form):
             other = "cost" if role == BUYER else "budget"
             raise LeakError(f"prompt for the {role} contains the {other} ({form}) of scenario {scenario.id}")
     for thought in opponent_thoughts:
