@@ -198,6 +198,9 @@ def test_leak_guard_fires(tiny):
     with pytest.raises(LeakError, match="cost"):  # the same cost written out is one
         shown = replace(inside, description="Cost to us: $5.99.")
         Conversation(agent, "buyer", shown).observe(env.reset(shown, 0))
+    # a budget equal to the cost: the buyer's own budget in its prompt is no leak, nor is the list price
+    for same in (replace(inside, budget=5.99), replace(inside, list_price=5.99)):
+        Conversation(agent, "buyer", same).observe(env.reset(same, 0))
     env.step("Thought: SECRET-PLAN-1234\nTalk: hi\nAction: [BUY] $40")
     conv = Conversation(agent, "seller", clean)
     conv.observe(env.observe("seller"), opponent_thoughts=("SECRET-PLAN-1234",))

@@ -89,11 +89,15 @@ def assert_no_leak(text: str, scenario: Scenario, role: str, opponent_thoughts: 
     builder writes (system prompt, opening). Opponent messages are public by construction
     and may name any price (a seller may ask exactly its cost), so they are checked for the
     opponent's private reasoning only, with the opponent's own Talk taken out first (what a
-    player chose to say aloud is public, even if it repeats its thoughts).
+    player chose to say aloud is public, even if it repeats its thoughts). A secret equal to a
+    number the role sees anyway (its own value or the list price) is not looked for.
     """
     secret = scenario.cost if role == BUYER else scenario.budget
+    # a number the role may see anyway (its own value, the public list price) cannot tell the secret
+    # apart when the secret happens to equal it (a budget equal to the cost): it is not checked
+    seen = set(_number_forms(scenario.budget if role == BUYER else scenario.cost) + _number_forms(scenario.list_price))
     for form in _number_forms(secret) if check_values else ():
-        if _names_number(text, form):
+        if form not in seen and _names_number(text, form):
             other = "cost" if role == BUYER else "budget"
             raise LeakError(f"prompt for the {role} contains the {other} ({form}) of scenario {scenario.id}")
     for thought in opponent_thoughts:
