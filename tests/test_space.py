@@ -190,8 +190,13 @@ def test_figures_show_the_artifact_numbers():
     assert rows, "the shipped evaluation has seller-mix rows"
     fig = F.reward_bars("eval_results.json", "mix")
     bars = fig.data[0]
-    shown = dict(zip(bars.y, bars.x))
-    assert shown == {r["buyer"]: r["reward_mean"] for r in rows}
+    shown = dict(zip(bars.y, bars.x))  # every row a bar but the ceiling, which is a line
+    assert shown == {F._label(r): r["reward_mean"] for r in rows if not r.get("upper_bound")}
+    assert any(r["episodes_subset"] and F._label(r) in shown and "first products" in F._label(r)
+               for r in rows if r.get("episodes_subset")) or not any(r.get("episodes_subset") for r in rows)
+    ceiling = next((r for r in rows if r.get("upper_bound")), None)
+    if ceiling:
+        assert any(f"{ceiling['reward_mean']:+.3f}" in a.text for a in fig.layout.annotations)
     heat = F.heatmap("eval_results.json")
     cells = {(b, s): v for b, row in zip(heat.data[0].y, heat.data[0].z) for s, v in zip(heat.data[0].x, row)}
     any_row = F.eval_rows("eval_results.json")[0]
