@@ -9,6 +9,7 @@ from gradio_client import Client
 
 from env.market import make_policy, play_market
 from space.games import GameStore
+from space.market import from_one
 from tests.test_space_market import expert_person
 
 ENDPOINTS = {"/list_scenarios", "/start_game", "/send_reply", "/game_state", "/play_episode", "/evaluate_policy",
@@ -171,11 +172,11 @@ class RemoteMarket:
 def test_market_games_through_the_api_equal_the_same_games_in_process(client):
     for task, seed in (("single_trade", 2), ("coalition_market", 7)):
         state, seen = expert_person(RemoteMarket(client), task, seed)
-        assert state["steps"] == play_market(task, seed, make_policy("expert")).transcript
+        assert state["steps"] == from_one(play_market(task, seed, make_policy("expert")).transcript)
         assert "labs_info" not in seen[0] and "observation" in seen[0]
         assert client.predict(session_id=state["session_id"], api_name="/market_state")["done"]
     game = client.predict(task="market_round", policy="greedy_bidder", seed=9, api_name="/market_play")
-    assert game["steps"] == play_market("market_round", 9, make_policy("greedy_bidder")).transcript
+    assert game["steps"] == from_one(play_market("market_round", 9, make_policy("greedy_bidder")).transcript)
     row = client.predict(policy="expert", task="coalition_market", episodes=20, api_name="/market_evaluate")
     assert row["episodes"] == 20 and row["seeds"] == "1000000..1000019"
     assert client.predict(api_name="/market_schema")["schema"]["oneOf"]
@@ -192,7 +193,7 @@ def test_concurrent_market_sessions_do_not_interfere(url):
         results = list(pool.map(one, jobs))
     assert len({r["session_id"] for r in results}) == 12
     for (task, seed), state in zip(jobs, results):
-        assert state["steps"] == play_market(task, seed, make_policy("expert")).transcript
+        assert state["steps"] == from_one(play_market(task, seed, make_policy("expert")).transcript)
 
 
 @pytest.mark.parametrize("endpoint, kwargs, match", [

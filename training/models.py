@@ -18,10 +18,13 @@ import argparse
 import json
 import os
 import random
+import threading
 from pathlib import Path
 
 from training import smollm2
 from training.provenance import LINEAGE, REPO_ROOT, git_commit, read_lineage, write_json
+
+_LOAD_LOCK = threading.Lock()
 
 TINY = "tiny"
 TINY_BASE = "haggle-tiny"  # how lineage and model cards name the locally built tiny model
@@ -138,9 +141,22 @@ def lora_config(r: int = 16):
 def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto", trainable: bool = False):
     """Load any causal LM and its tokenizer (left padding, a pad token) for generation. A folder
     holding a LoRA adapter (``adapter_config.json``) loads its base model with the adapter on it
+    (``trainable``: the adapter's weights train, for a run that continues it). One load at a time:
+    transformers' loading sets process-wide state (meta-device initialisation), so two threads
+    loading at once (the Space's warm-up and a visitor's model game) can break each other."""
+    with _LOAD_LOCK:
+        return _load_model(name, device, dtype, trainable)
+
+
+def _load_model(name: str = TINY, device: str | None = None, dtype: str = "auto", trainable: bool = False):
+    """Load any causal LM and its tokenizer (left padding, a pad token) for generation. A folder
+    holding a LoRA adapter (``adapter_config.json``) loads its base model with the adapter on it
     (``trainable``: the adapter's weights train, for a run that continues it)."""
     import torch  # noqa: PLC0415
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    # the defining modules, not transformers' lazy top level: its attribute lookup is not safe while
+    # another thread (the Space's warm-up) imports transformers too; module imports are
+    from transformers.models.auto.modeling_auto import AutoModelForCausalLM  # noqa: PLC0415
+    from transformers.models.auto.tokenization_auto import AutoTokenizer  # noqa: PLC0415
 
     path = resolve_model_path(name)
     adapter = Path(path, "adapter_config.json")
