@@ -191,6 +191,28 @@ def _trim(cache: PrefixCache, length: int) -> PrefixCache:
     return PrefixCache(length, [(k[:, :, :length], v[:, :, :length]) for k, v in cache.layers])
 
 
+def vllm_request(s: SamplingConfig, seed: int, max_new_tokens: int, stop_ids: list[int]) -> dict:
+    """One vLLM sampling request (``SamplingParams`` fields, or a ``trl vllm-serve`` request's)."""
+    return {"n": 1, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k or -1,
+            "max_tokens": max_new_tokens, "logprobs": 0, "stop_token_ids": list(stop_ids), "seed": seed,
+            "skip_special_tokens": False}
+
+
+def vllm_generate(llm, prompts: list[list[int]], request: dict) -> list[Completion]:
+    """Token-id prompts through an in-process vLLM ``LLM``; the sampled tokens' log-probs."""
+    from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
+
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], SamplingParams(**request),
+                        use_tqdm=False)
+    results = []
+    for o in outs:
+        c = o.outputs[0]
+        ids = list(c.token_ids)
+        lps = [lp[t].logprob for t, lp in zip(ids, c.logprobs)] if c.logprobs else None
+        results.append(Completion(ids, lps, c.finish_reason == "stop"))
+    return results
+
+
 class VLLMBackend:
     """vLLM generation on token ids (GPU machines; ``pip install vllm``)."""
 
@@ -209,21 +231,9 @@ class VLLMBackend:
         self.forward_seconds = 0.0
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int]) -> list[Completion]:
-        from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
-
-        s = self.sampling
-        params = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or -1,
-                                max_tokens=max_new_tokens, stop_token_ids=list(stop_ids), logprobs=0,
-                                seed=s.seed + self.calls, skip_special_tokens=False)
+        request = vllm_request(self.sampling, self.sampling.seed + self.calls, max_new_tokens, stop_ids)
         self.calls += 1
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        results = []
-        for o in outs:
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = [lp[t].logprob for t, lp in zip(ids, c.logprobs)] if c.logprobs else None
-            results.append(Completion(ids, lps, c.finish_reason == "stop"))
-        return results
+        return vllm_generate(self.llm, prompts, request)
 
 
 class TRLVLLMBackend:
@@ -261,22 +271,13 @@ class TRLVLLMBackend:
 
     def request(self, max_new_tokens: int, stop_ids: list[int]) -> dict:
         """The sampling request of one call (what goes to vLLM, either mode)."""
-        s = self.sampling
-        return {"n": 1, "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k or -1,
-                "max_tokens": max_new_tokens, "logprobs": 0, "stop_token_ids": list(stop_ids),
-                "seed": s.seed + self.calls, "skip_special_tokens": False}
+        return vllm_request(self.sampling, self.sampling.seed + self.calls, max_new_tokens, stop_ids)
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int]) -> list[Completion]:
         req = self.request(max_new_tokens, stop_ids)
         self.calls += 1
         if self.llm is not None:
-            from vllm import SamplingParams, TokensPrompt  # noqa: PLC0415
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], SamplingParams(**req),
-                                     use_tqdm=False)
-            return [Completion(list(o.outputs[0].token_ids),
-                               [lp[t].logprob for t, lp in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
-                               if o.outputs[0].logprobs else None, o.outputs[0].finish_reason == "stop")
-                    for o in outs]
+            return vllm_generate(self.llm, prompts, req)
         head = {k: req.pop(k) for k in ("n", "temperature", "top_p", "top_k", "max_tokens", "logprobs")}
         out = self.client.generate(prompts=[list(p) for p in prompts], **head, generation_kwargs=req)
         stops = set(stop_ids)

@@ -148,10 +148,8 @@ def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto",
         return _load_model(name, device, dtype, trainable)
 
 
-def _load_model(name: str = TINY, device: str | None = None, dtype: str = "auto", trainable: bool = False):
-    """Load any causal LM and its tokenizer (left padding, a pad token) for generation. A folder
-    holding a LoRA adapter (``adapter_config.json``) loads its base model with the adapter on it
-    (``trainable``: the adapter's weights train, for a run that continues it)."""
+def _load_model(name: str, device: str | None, dtype: str, trainable: bool):
+    """``load_model``'s work, under its lock."""
     import torch  # noqa: PLC0415
     # the defining modules, not transformers' lazy top level: its attribute lookup is not safe while
     # another thread (the Space's warm-up) imports transformers too; module imports are
