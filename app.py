@@ -605,7 +605,7 @@ def _market_tab(demo: gr.Blocks) -> None:
     m_prov = gr.Markdown()
     m_bars = gr.Plot(label="reward per policy and task")
     m_shock = gr.Plot(label="under shocks")
-    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=2000,
+    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=100_000,
                            elem_id="market-table")
     m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
     m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
@@ -625,7 +625,8 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
     bars = gr.Plot(label="reward per buyer")
     heat = gr.Plot(label="buyer x seller")
     interest = gr.Plot(label="mutual vs conflicting interest")
-    table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=2000,
+    table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=100_000,
+                         column_widths=["19%", "5%", "7%", "7%", "12%", "6%", "7%", "8%", "9%", "10%", "10%"],
                          elem_id="eval-table")
     outs = [bars, heat, interest, table, eval_prov]
     for comp in (eval_file, eval_seller):
