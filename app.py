@@ -778,8 +778,12 @@ def launch(**kwargs):
             mcp = True
         except ImportError:
             mcp = False
-    warm_up()
-    return demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], **kwargs)
+    block = not kwargs.pop("prevent_thread_lock", False)
+    served = demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], prevent_thread_lock=True, **kwargs)
+    warm_up()  # once the page is served: its model loading would hold the interpreter while the server starts
+    if block:
+        demo.block_thread()
+    return served
 
 
 demo = build()  # the Space's app (Gradio's convention: a module-level ``demo``)

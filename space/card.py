@@ -20,10 +20,11 @@ TRAINING_STAGES = ("sft", "grpo", "sdpo")
 
 
 def _tensor_parameters(path: Path) -> int:
-    """Parameters stored in a safetensors file, from its header alone (no tensor is read)."""
+    """Parameters stored in a safetensors file, from its header alone (no tensor is read; opened
+    as numpy so that drawing the page does not import torch, a second of start-up)."""
     from safetensors import safe_open  # noqa: PLC0415
     total = 0
-    with safe_open(str(path), "pt") as f:
+    with safe_open(str(path), "np") as f:
         for name in f.keys():
             count = 1
             for d in f.get_slice(name).get_shape():

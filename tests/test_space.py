@@ -279,3 +279,17 @@ def test_training_dashboard_has_six_titled_panels_and_readable_log_ticks():
     assert ticks and all(float(t) > 0 for t in ticks) and len(set(ticks)) == len(ticks), ticks
     assert F.log_ticks([0.066, 1.12]) == ([0.05, 0.1, 0.2, 0.5, 1.0, 2.0], ["0.05", "0.1", "0.2", "0.5", "1", "2"])
     assert "four phases" not in fig.layout.title.text and "phase" not in fig.layout.title.text
+
+
+def test_building_the_page_leaves_torch_unimported_until_a_model_plays():
+    """Model cards read parameter counts from safetensors headers; torch (a second or more of start-up
+    on this CPU) loads only when a model seat or the SFT sample needs it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    code = ("import sys, app; assert 'In the model seat' in app.models_overview(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -235,3 +235,21 @@ def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny
     assert rows[0]["episodes"] == 2
     with pytest.raises(ValueError, match="--role"):
         sft.SFTScriptArguments(role="auctioneer")
+
+
+def test_generalisation_studies_say_what_they_run_and_the_model_seller_plays_the_first_products():
+    from training.generalisation import GeneralisationConfig, studies
+    plan = studies(GeneralisationConfig(buyer_models="grpo=x", held_out_seller="boulware", limit=30))
+    assert plan["b_held_out_seller"]["options"]["sellers"] == "boulware"
+    assert plan["c_adversarial"]["options"]["sellers"] == "begging,insulting,unyielding"
+    assert plan["d_llm_seller"]["options"] is None and "--seller_model" in plan["d_llm_seller"]["why_not"]
+    with_seller = studies(GeneralisationConfig(buyer_models="grpo=x", seller_model="m", limit=30, seller_model_limit=4))
+    d = with_seller["d_llm_seller"]
+    assert d["options"]["seller_model"] == "m" and d["options"]["limit"] == 4 and "first 4 test products" in d["question"]
+    assert with_seller["b_held_out_seller"]["options"]["limit"] == 30, "the scripted studies keep --limit"
+    as_limit = studies(GeneralisationConfig(buyer_models="grpo=x", seller_model="m", limit=30, seller_model_limit=0))
+    assert as_limit["d_llm_seller"]["options"]["limit"] == 30
+    with pytest.raises(ValueError, match="--held_out_seller"):
+        GeneralisationConfig(buyer_models="grpo=x", held_out_seller="nobody")
+    with pytest.raises(ValueError, match="--seller_model_limit"):
+        GeneralisationConfig(buyer_models="grpo=x", seller_model_limit=-1)

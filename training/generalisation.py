@@ -39,11 +39,16 @@ class GeneralisationConfig:
     seller_model: str = field(default="", metadata={"help": "a frozen model seller for study (d) ('' = not run)"})
     seeds: int = field(default=2, metadata={"help": "episodes per product per cell"})
     limit: int = field(default=0, metadata={"help": "first N test products of each split (0 = all)"})
+    seller_model_limit: int = field(default=12, metadata={
+        "help": "first N test products for study (d), where the model seller writes every seller turn (0 = as "
+                "--limit; on a CPU a 135M seller takes several seconds per game)"})
     out: str = field(default="artifacts/eval_generalisation.json", metadata={"help": "artifact path"})
 
     def __post_init__(self):
         if self.held_out_seller not in SELLERS:
             raise ValueError(f"--held_out_seller must be one of {', '.join(SELLERS)}, got {self.held_out_seller!r}")
+        if self.seller_model_limit < 0:
+            raise ValueError(f"--seller_model_limit must be 0 or more, got {self.seller_model_limit}")
         if not self.buyer_models:
             raise ValueError("--buyer_models names the trained buyers to study")
 
@@ -72,8 +77,10 @@ def studies(cfg: GeneralisationConfig) -> dict[str, dict]:
             "question": f"the adversarial sellers ({', '.join(ADVERSARIAL)}); the mix row pools them",
             "options": {**common, "scenarios": cfg.train_source, "sellers": ",".join(ADVERSARIAL)}},
         "d_llm_seller": {
-            "question": "a frozen LLM seller, regulated by the environment",
+            "question": "a frozen LLM seller, regulated by the environment" + (
+                f" (the first {cfg.seller_model_limit} test products)" if cfg.seller_model_limit else ""),
             "options": None if not cfg.seller_model else {**common, "scenarios": cfg.train_source,
+                                                          "limit": cfg.seller_model_limit or cfg.limit,
                                                           "seller_model": cfg.seller_model, "seller_name": "llm_seller"},
             "why_not": None if cfg.seller_model else "no --seller_model given (see the README for training one)"},
     }
