@@ -1,11 +1,13 @@
 """The model card the Space shows beside every model seat and on its first tab, built from the
 checkpoint folder and the artifacts, so no visitor has to open a file to know what plays.
 
-A checkpoint folder may hold ``card.json`` naming its evaluation row (``eval_buyer``) and its
-training curves (``curves``, artifact file names); without it they follow from its lineage (the
-row of its last training stage, and ``<stage>_training_curve.json`` for each stage). Every
-number comes from a file: parameters from the safetensors headers, steps, wall time and hardware
-from each curve's provenance, the row from ``artifacts/eval_results.json``.
+A checkpoint folder may hold ``card.json`` naming its evaluation row (``eval_buyer``, and where
+that is not the seller mix of ``eval_results.json``: ``eval_file`` and ``eval_seller``, as for a
+model seller, whose row is a buyer playing against it) and its training curves (``curves``,
+artifact file names); without it they follow from its lineage (the row of its last training
+stage, and ``<stage>_training_curve.json`` for each stage). Every number comes from a file:
+parameters from the safetensors headers, steps, wall time and hardware from each curve's
+provenance, the row from the evaluation artifact.
 """
 
 from __future__ import annotations
@@ -68,12 +70,14 @@ def card_facts(folder: str | Path) -> dict:
         facts["training"].append({
             "curve": name, "command": prov.get("command"), "steps": max((p.get("step", 0) for p in points), default=0),
             "games": script.get("games") if not rl else None, "episodes": episodes or None,
+            "cloned": "scripted sellers'" if script.get("role") == "seller" else "expert",
             "scenarios": script.get("scenarios"), "sellers": script.get("sellers"),
             "wall_time_s": prov.get("wall_time_s"), "machine": prov.get("machine"), "commit": prov.get("commit"),
             "date": prov.get("date")})
     buyer = extra.get("eval_buyer") or (facts["stages"][-1] if facts["stages"] else None)
-    facts["eval_buyer"] = buyer
-    rows = [r for r in F.eval_rows("eval_results.json", "mix") if r["buyer"] == buyer]
+    facts.update(eval_buyer=buyer, eval_file=extra.get("eval_file", "eval_results.json"),
+                 eval_seller=extra.get("eval_seller", "mix"))
+    rows = [r for r in F.eval_rows(facts["eval_file"], facts["eval_seller"]) if r["buyer"] == buyer]
     facts["evaluation"] = rows[0] if rows else None
     return facts
 
@@ -97,7 +101,7 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
         if not t["command"]:
             lines.append(f"- `{t['curve']}`: not found")
             continue
-        what = (f"{t['games']:,} expert games" if t["games"] else
+        what = (f"{t['games']:,} {t['cloned']} games" if t["games"] else
                 f"{t['episodes']:,} episodes against the live environment" if t["episodes"] else "")
         lines.append(f"- {t['curve'].split('_training_curve')[0]}: {t['steps']} steps, {what} "
                      f"({t['scenarios'] or '?'} train split, sellers: {t['sellers'] or '?'}), "
@@ -105,13 +109,14 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
                      f"`{t['command']}`")
     r = f["evaluation"]
     if r:
-        lines.append(f"- Evaluation (`eval_results.json`, row `{f['eval_buyer']}`, held-out test split, seller mix, "
-                     f"{r.get('sampling', 'as sampled')}): reward {r['reward_mean']:+.3f} "
+        seller = "seller mix" if f["eval_seller"] == "mix" else f"seller `{f['eval_seller']}`"
+        lines.append(f"- Evaluation (`{f['eval_file']}`, row `{f['eval_buyer']}` against {seller}, held-out test split, "
+                     f"{r.get('sampling', 'as sampled')}): the buyer's reward {r['reward_mean']:+.3f} "
                      f"[{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] over {r['episodes']} episodes, "
                      f"deal rate {r['deal_rate']:.0%}, format errors {r['format_error_rate']:.1%}, overshoot "
                      f"{r['overshoot_rate']:.1%}.")
     else:
-        lines.append(f"- No `{f['eval_buyer']}` row in `eval_results.json` yet.")
+        lines.append(f"- No `{f['eval_buyer']}` row in `{f['eval_file']}` yet.")
     lines.append("- Provenance: `lineage.json` in the checkpoint folder and each curve's `provenance` "
                  "(Artifacts tab).")
     return "\n".join(lines)

@@ -260,6 +260,11 @@ def test_model_cards_say_what_plays_from_the_files_alone():
     assert smol["training"][0]["games"] == 400 and smol["training"][0]["steps"] == 100
     text = model_card(F.ARTIFACTS / "checkpoints" / "sft-smollm2")
     assert "SmolLM2-135M-Instruct" in text and "LoRA adapter" in text and "400 expert games" in text
+    seller = card_facts(F.ARTIFACTS / "checkpoints" / "sft-smollm2-seller")
+    assert seller["roles"] == ["seller"] and seller["adapter"] and seller["eval_seller"] == "llm_seller"
+    seller_text = model_card(F.ARTIFACTS / "checkpoints" / "sft-smollm2-seller")
+    assert "Trained as the seller" in seller_text and "scripted sellers' games" in seller_text
+    assert ("against seller `llm_seller`" in seller_text) == (seller["evaluation"] is not None)
     overview = app.models_overview()
     assert "In the model seat: `grpo-tiny`" in overview and "sft-smollm2" in overview
     for row_buyer in (tiny["eval_buyer"], smol["eval_buyer"]):
