@@ -43,11 +43,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(port: int) -> tuple[subprocess.Popen, float]:
-    """Launch ``python app.py`` and time it until ``/`` serves the page."""
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False"}
+def start_app(port: int, root: Path = ROOT) -> tuple[subprocess.Popen, float]:
+    """Launch ``python app.py`` (of the checkout ``root``) and time it until ``/`` serves the page."""
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
+           "PYTHONPATH": str(root)}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     while True:
@@ -63,6 +64,22 @@ def start_app(port: int) -> tuple[subprocess.Popen, float]:
             proc.kill()
             raise RuntimeError("app.py did not serve its first page within 120 s")
         time.sleep(0.02)
+
+
+def settle(proc: subprocess.Popen, idle_share: float = 0.1, window_s: float = 0.5, limit_s: float = 60.0) -> float:
+    """Wait until the app is idle (under ``idle_share`` of one core over ``window_s``: its background
+    warm-up has finished), so that step latency is the steady state's; seconds waited."""
+    import psutil  # noqa: PLC0415  (installed with accelerate)
+    p, t0 = psutil.Process(proc.pid), time.perf_counter()
+    used = lambda: sum(p.cpu_times()[:2])  # noqa: E731
+    before = used()
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(window_s)
+        now = used()
+        if now - before < idle_share * window_s:
+            break
+        before = now
+    return time.perf_counter() - t0
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -127,24 +144,12 @@ def gradio_client_latency(base: str, clients: int, calls: int) -> list[float]:
     return lat
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--starts", type=int, default=3, help="launches of app.py timed for first_page_s")
-    ap.add_argument("--clients", type=int, default=20, help="concurrent API clients")
-    ap.add_argument("--steps", type=int, default=40, help="moves per client")
-    ap.add_argument("--gradio-client-calls", type=int, default=10, help="play_episode calls per gradio_client thread")
-    ap.add_argument("--out", default=str(ROOT / "artifacts" / "benchmarks" / "app.json"))
-    args = ap.parse_args()
-    t_start = time.perf_counter()
-    firsts, proc = [], None
-    for i in range(args.starts):
-        if proc is not None:
-            proc.terminate()
-            proc.wait()
-        port = free_port()
-        proc, seconds = start_app(port)
-        firsts.append(seconds)
-        print(f"start {i + 1}: first page after {seconds:.2f} s", file=sys.stderr)
+def measure(root: Path, args, firsts: list[float]) -> dict:
+    """The latency half of the benchmark for the checkout ``root``, after one more timed start."""
+    port = free_port()
+    proc, seconds = start_app(port, root)
+    firsts.append(seconds)
+    settled = settle(proc)
     base = f"http://127.0.0.1:{port}/"
     try:
         steps, episodes, wall = asyncio.run(api_latency(base, args.clients, args.steps))
@@ -152,17 +157,53 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait()
-    results = {
-        "first_page_s": statistics.median(firsts), "first_page_runs_s": firsts,
+    return {
+        "first_page_s": statistics.median(firsts), "first_page_runs_s": firsts, "settled_after_first_page_s": settled,
         "step_p50_ms": pct(steps, 0.5), "step_p99_ms": pct(steps, 0.99), "steps": len(steps),
         "steps_per_s": len(steps) / wall, "episode_p50_ms": pct(episodes, 0.5), "episode_p99_ms": pct(episodes, 0.99),
         "gradio_client_episode_p50_ms": pct(gc, 0.5), "gradio_client_episode_p99_ms": pct(gc, 0.99),
         "concurrent_clients": args.clients,
-        "targets": {"first_page_s": TARGET_FIRST_PAGE_S, "step_p50_ms": TARGET_STEP_P50_MS},
     }
+
+
+def _commit(root: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--starts", type=int, default=3, help="launches of app.py timed for first_page_s")
+    ap.add_argument("--clients", type=int, default=20, help="concurrent API clients")
+    ap.add_argument("--steps", type=int, default=40, help="moves per client")
+    ap.add_argument("--gradio-client-calls", type=int, default=10, help="play_episode calls per gradio_client thread")
+    ap.add_argument("--compare", default="", help="another checkout (e.g. `git worktree add /tmp/base REV`) measured "
+                    "in the same run, starts interleaved with this one's: ratios this / that")
+    ap.add_argument("--out", default=str(ROOT / "artifacts" / "benchmarks" / "app.json"))
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    roots = [ROOT] + ([Path(args.compare).resolve()] if args.compare else [])
+    firsts: dict[Path, list[float]] = {r: [] for r in roots}
+    for i in range(args.starts - 1):  # the last start of each checkout is measure()'s
+        for root in roots:
+            proc, seconds = start_app(free_port(), root)
+            proc.terminate()
+            proc.wait()
+            firsts[root].append(seconds)
+            print(f"{root.name} start {i + 1}: first page after {seconds:.2f} s", file=sys.stderr)
+    measured = {root: measure(root, args, firsts[root]) for root in roots}
+    results = measured[ROOT]
+    results["targets"] = {"first_page_s": TARGET_FIRST_PAGE_S, "step_p50_ms": TARGET_STEP_P50_MS}
     results["meets_targets"] = results["first_page_s"] < TARGET_FIRST_PAGE_S and results["step_p50_ms"] < TARGET_STEP_P50_MS
+    if args.compare:
+        other = measured[roots[1]]
+        results["compared_with"] = {"checkout": str(roots[1]), "commit": _commit(roots[1]), "results": other,
+                                    "ratios_this_over_that": {k: results[k] / other[k] for k in
+                                                              ("first_page_s", "step_p50_ms", "step_p99_ms",
+                                                               "episode_p50_ms") if other[k]}}
     config = vars(args) | {"endpoint_step": "send_reply (human buyer vs scripted neutral seller)",
-                           "endpoint_episode": "play_episode (expert vs neutral)", "route": "/gradio_api/run/<name>"}
+                           "endpoint_episode": "play_episode (expert vs neutral)", "route": "/gradio_api/run/<name>",
+                           "steady_state": "latency measured once the app is idle after its start (settle())"}
     write_json(args.out, {"provenance": provenance(config, {"games": "client k, game g: seed 1000k+g"},
                                                    time.perf_counter() - t_start), "results": results})
     for k, v in results.items():

@@ -133,3 +133,24 @@ def test_a_person_selling_is_told_at_once_why_a_move_was_refused_and_sees_their_
         assert 0 <= out["seller_reward"] <= 1 and "Seller surplus over cost" in out["explanation"]
     else:
         assert out["seller_surplus"] is None and out["seller_reward"] == 0.0
+
+
+def test_the_app_benchmark_waits_for_a_busy_start_to_settle():
+    """``settle`` returns once the process stops using the CPU (a warm-up thread done), not before."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        import app_speed
+    finally:
+        sys.path.pop(0)
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                             "while time.process_time()-t<2: pass\ntime.sleep(60)"])
+    try:
+        waited = app_speed.settle(busy, limit_s=30)
+        assert 1.0 <= waited < 30, waited
+        assert busy.poll() is None, "it waits for idleness, not for the process to end"
+    finally:
+        busy.kill()
+        busy.wait()
