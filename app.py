@@ -629,6 +629,15 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
                          column_widths=["19%", "5%", "7%", "7%", "12%", "6%", "7%", "8%", "9%", "10%", "10%"],
                          elem_id="eval-table")
     outs = [bars, heat, interest, table, eval_prov]
+    gen = F.read_artifact("eval_generalisation.json")
+    if gen:
+        gr.Markdown("### Generalisation (`artifacts/eval_generalisation.json`, greedy)\n\nThe trained buyers beside "
+                    "the expert and the oracle ceiling where the study has a scripted floor: (a) the other product "
+                    "source, (b) the seller persona no training stage saw, (c) the adversarial personas pooled, (d) a "
+                    "frozen LLM seller (SmolLM2 taught the seller's side).\n\n" + F.provenance_line(gen, "eval_generalisation.json"))
+        gr.Dataframe(F.generalisation_table(), headers=F.GENERALISATION_COLUMNS, interactive=False, wrap=True,
+                     max_height=100_000, column_widths=["34%", "14%", "10%", "7%", "7%", "12%", "6%", "5%", "5%"],
+                     elem_id="generalisation-table", label="Rows")
     for comp in (eval_file, eval_seller):
         comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
     demo.load(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")

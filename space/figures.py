@@ -109,6 +109,29 @@ def eval_table(name: str, seller: str = "mix") -> list[list]:
     return out
 
 
+GENERALISATION_COLUMNS = ["study", "buyer", "seller", "episodes", "reward", "95% CI", "deal rate", "overshoot",
+                          "format errors"]
+
+
+def generalisation_table(name: str = "eval_generalisation.json") -> list[list]:
+    """One row per buyer and study (each study's pooled row: ``mix``, or its one seller); a study
+    that did not run says why."""
+    studies = (read_artifact(name) or {}).get("studies", {})
+    out = []
+    for study, s in studies.items():
+        rows = s.get("rows", [])
+        if not s.get("ran"):
+            out.append([f"{study}: {s.get('question', '')}", "not run", s.get("why_not", ""), "", "", "", "", "", ""])
+            continue
+        pooled = [r for r in rows if r["seller"] == "mix"] or rows
+        for r in pooled:
+            lo, hi = r["reward_ci95"]
+            out.append([f"{study}: {s.get('question', '')}", _label(r), r["seller"], r["episodes"], _f(r["reward_mean"]),
+                        f"[{lo:+.3f}, {hi:+.3f}]", _f(r["deal_rate"], "{:.1%}"), _f(r["overshoot_rate"], "{:.1%}"),
+                        _f(r["format_error_rate"], "{:.1%}")])
+    return out
+
+
 def _empty(title: str, why: str) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(title=title, annotations=[{"text": why, "showarrow": False, "x": 0.5, "y": 0.5,

@@ -177,7 +177,7 @@ CLIPPED_JS = """(ids) => ids.flatMap(id => {
     }).map(el => id + ': ' + (el.className || el.tagName));
 })"""
 TABLES = {"At a glance": ["players-table"], "Training": ["pipeline-table"], "Artifacts": ["artifacts-table"],
-          "Evaluation": ["eval-table"], "GPU market": ["market-table"]}
+          "Evaluation": ["eval-table", "generalisation-table"], "GPU market": ["market-table"]}
 
 
 @pytest.mark.parametrize("width", [1440, 390])
@@ -198,6 +198,10 @@ def test_every_tab_at_desktop_and_phone_width_with_no_clipped_table(page, space_
             pg.wait_for_timeout(0)
             clipped = pg.evaluate(CLIPPED_JS, TABLES.get(name, []))
             assert clipped == [], f"{name} at {width} px: content hidden in an inner scroll: {clipped}"
+            if TABS[name]:  # the screenshot shows the tab's plots drawn
+                pg.wait_for_function(f"""() => [...document.querySelectorAll('.js-plotly-plot')]
+                    .filter(e => e.offsetParent !== null && e.querySelector('.main-svg')).length >= {TABS[name]}""",
+                                     timeout=30_000)
             SHOTS.mkdir(parents=True, exist_ok=True)
             slug = re.sub(r"[^a-z]+", "-", name.lower()).strip("-")
             pg.screenshot(path=str(SHOTS / f"{slug}-{width}.png"), full_page=True)

@@ -298,3 +298,19 @@ def test_building_the_page_leaves_torch_unimported_until_a_model_plays():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_generalisation_table_has_each_studys_pooled_rows_and_says_when_one_did_not_run(monkeypatch):
+    row = {"buyer": "grpo", "seller": "mix", "episodes": 10, "reward_mean": 0.1, "reward_ci95": [0.0, 0.2],
+           "deal_rate": 0.5, "overshoot_rate": 0.0, "format_error_rate": 0.0}
+    art = {"studies": {
+        "c_adversarial": {"question": "adversarial", "ran": True,
+                          "rows": [row, {**row, "seller": "begging", "reward_mean": 0.9}]},
+        "b_held_out_seller": {"question": "held out", "ran": True, "rows": [{**row, "seller": "tit_for_tat"}]},
+        "d_llm_seller": {"question": "llm", "ran": False, "why_not": "no --seller_model given", "rows": []}}}
+    monkeypatch.setattr(F, "read_artifact", lambda name: art)
+    table = F.generalisation_table()
+    assert [(r[0].split(":")[0], r[2]) for r in table] == [("c_adversarial", "mix"), ("b_held_out_seller", "tit_for_tat"),
+                                                           ("d_llm_seller", "no --seller_model given")]
+    assert table[0][4] == "+0.100" and table[2][1] == "not run"
+    assert all(len(r) == len(F.GENERALISATION_COLUMNS) for r in table)
