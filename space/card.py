@@ -112,7 +112,7 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
         seller = "seller mix" if f["eval_seller"] == "mix" else f"seller `{f['eval_seller']}`"
         lines.append(f"- Evaluation (`{f['eval_file']}`, row `{f['eval_buyer']}` against {seller}, held-out test split, "
                      f"{r.get('sampling', 'as sampled')}): the buyer's reward {r['reward_mean']:+.3f} "
-                     f"[{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] over {r['episodes']} episodes, "
+                     f"{F.ci_text(r)} over {r['episodes']} episodes, "
                      f"deal rate {r['deal_rate']:.0%}, format errors {r['format_error_rate']:.1%}, overshoot "
                      f"{r['overshoot_rate']:.1%}.")
     else:

@@ -89,6 +89,12 @@ def _f(x, fmt: str = "{:+.3f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def ci_text(row: dict) -> str:
+    """A row's 95% CI of the reward, as the tables and cards print it."""
+    lo, hi = row["reward_ci95"]
+    return f"[{lo:+.3f}, {hi:+.3f}]"
+
+
 def _label(row: dict) -> str:
     if row.get("upper_bound"):
         return f"{row['buyer']} (upper bound)"
@@ -101,8 +107,7 @@ def eval_table(name: str, seller: str = "mix") -> list[list]:
     """Rows for a table: one per buyer against ``seller`` (``mix`` = the whole seller mix)."""
     out = []
     for r in eval_rows(name, seller):
-        lo, hi = r["reward_ci95"]
-        out.append([_label(r), r["seller"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
+        out.append([_label(r), r["seller"], r["episodes"], _f(r["reward_mean"]), ci_text(r),
                     _f(r["reward_std"], "{:.3f}"), _f(r["deal_rate"], "{:.1%}"), _f(r["bargained_ratio"], "{:.3f}"),
                     _f(r["first_offer_ratio"], "{:.3f}"), _f(r["overshoot_rate"], "{:.1%}"),
                     _f(r["format_error_rate"], "{:.1%}")])
@@ -125,9 +130,8 @@ def generalisation_table(name: str = "eval_generalisation.json") -> list[list]:
             continue
         pooled = [r for r in rows if r["seller"] == "mix"] or rows
         for r in pooled:
-            lo, hi = r["reward_ci95"]
             out.append([f"{study}: {s.get('question', '')}", _label(r), r["seller"], r["episodes"], _f(r["reward_mean"]),
-                        f"[{lo:+.3f}, {hi:+.3f}]", _f(r["deal_rate"], "{:.1%}"), _f(r["overshoot_rate"], "{:.1%}"),
+                        ci_text(r), _f(r["deal_rate"], "{:.1%}"), _f(r["overshoot_rate"], "{:.1%}"),
                         _f(r["format_error_rate"], "{:.1%}")])
     return out
 
@@ -219,20 +223,19 @@ def headline(name: str = "eval_results.json") -> str:
     for b in ("expert", *TRAINED, *models):
         if b in rows:
             r = rows[b]
-            lines.append(f"| {_label(r)} | {r['reward_mean']:+.3f} | [{r['reward_ci95'][0]:+.3f}, {r['reward_ci95'][1]:+.3f}] "
+            lines.append(f"| {_label(r)} | {r['reward_mean']:+.3f} | {ci_text(r)} "
                          f"| {r['deal_rate']:.1%} | {r['overshoot_rate']:.1%} | {r['format_error_rate']:.1%} |")
     scripted = [r for b, r in rows.items() if b != "expert" and not b.startswith((*TRAINED, "smollm2"))
                 and not r.get("upper_bound")]
     best = max(scripted, key=lambda r: r["reward_mean"], default=None)
     if best:
         lines.append(f"| best baseline: {best['buyer']} | {best['reward_mean']:+.3f} | "
-                     f"[{best['reward_ci95'][0]:+.3f}, {best['reward_ci95'][1]:+.3f}] | {best['deal_rate']:.1%} "
+                     f"{ci_text(best)} | {best['deal_rate']:.1%} "
                      f"| {best['overshoot_rate']:.1%} | {best['format_error_rate']:.1%} |")
     ceiling = next((r for r in rows.values() if r.get("upper_bound")), None)
     if ceiling:
         lines.append(f"| ceiling: {ceiling['buyer']}, told each seller's floor (an upper bound, not a baseline) | "
-                     f"{ceiling['reward_mean']:+.3f} | [{ceiling['reward_ci95'][0]:+.3f}, "
-                     f"{ceiling['reward_ci95'][1]:+.3f}] | {ceiling['deal_rate']:.1%} | {ceiling['overshoot_rate']:.1%} "
+                     f"{ceiling['reward_mean']:+.3f} | {ci_text(ceiling)} | {ceiling['deal_rate']:.1%} | {ceiling['overshoot_rate']:.1%} "
                      f"| {ceiling['format_error_rate']:.1%} |")
     r0 = next(iter(rows.values()))
     data = read_artifact(name) or {}
