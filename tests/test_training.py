@@ -143,6 +143,9 @@ def test_presets_keep_a_seller_out_of_training_and_the_full_one_trains_on_10k_ep
             cmd = plan[name]
             sellers = cmd[cmd.index("--sellers") + 1].split(",")
             assert pipeline.HELD_OUT_SELLER not in sellers and len(sellers) == len(SELLERS) - 1
+        # both RL stages hold the policy near its SFT start with the same KL weight
+        betas = {float(plan[name][plan[name].index("--beta") + 1]) for name in ("grpo", "sdpo")}
+        assert len(betas) == 1 and betas.pop() > 0
         ev = plan["evaluate"]
         assert ev[ev.index("--temperatures") + 1] == "0,0.7"
         gen = plan["generalisation"]
