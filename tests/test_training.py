@@ -160,6 +160,26 @@ def test_presets_keep_a_seller_out_of_training_and_the_full_one_trains_on_10k_ep
         assert "sft_option_b=" in ablation["evaluate"][ablation["evaluate"].index("--buyer_models") + 1]
 
 
+def test_a_changed_stage_starts_fresh_and_an_interrupted_one_resumes(tmp_path):
+    from training.pipeline import fresh_or_resume
+    out = tmp_path / "grpo"
+    old = ["training/grpo.py", "--max_steps", "160", "--output_dir", str(out)]
+    new = ["training/grpo.py", "--max_steps", "160", "--beta", "0.04", "--output_dir", str(out)]
+    fresh_or_resume(old, " ".join(old))
+    (out / "checkpoint-160").mkdir()
+    # the same command again (an interrupted run): its checkpoints stay where the script resumes from them
+    assert "resuming" in fresh_or_resume(old, " ".join(old)) and (out / "checkpoint-160").exists()
+    # a changed command: the old run is moved aside whole, and the new one finds no checkpoint to resume
+    assert "moved" in fresh_or_resume(new, " ".join(new))
+    assert not any(out.glob("checkpoint-*")) and (tmp_path / "grpo.superseded-1" / "checkpoint-160").exists()
+    # a folder from before the pipeline marked its folders (no record of its command) is not trusted either
+    legacy = tmp_path / "sdpo"
+    (legacy / "checkpoint-40").mkdir(parents=True)
+    cmd = ["training/sdpo.py", "--output_dir", str(legacy)]
+    assert "moved" in fresh_or_resume(cmd, " ".join(cmd)) and not any(legacy.glob("checkpoint-*"))
+    assert (tmp_path / "sdpo.superseded-1" / "checkpoint-40").exists()
+
+
 def test_a_rerun_skips_the_stages_an_earlier_run_finished(tmp_path):
     art = tmp_path / "art"
     cmd = [sys.executable, "training/pipeline.py", "--only", "tiny", "--workdir", str(tmp_path), "--artifacts", str(art)]

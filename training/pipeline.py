@@ -126,6 +126,33 @@ def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
         "the commit and wall time of each stage are in `artifacts/pipeline.json`.\n")
 
 
+STAGE_MARK = "pipeline_command.txt"  # in a stage's --output_dir: the command that wrote its checkpoints
+
+
+def fresh_or_resume(cmd: list[str], command: str) -> str:
+    """Every training script resumes from the last checkpoint in its ``--output_dir``. That is right
+    for an interrupted run of the same command, and wrong for a changed one (a new recipe would
+    resume from the old run's last step and train no further). So a stage's folder records the
+    command that writes it; a folder written by another command (or by an unknown one) is moved
+    aside, never deleted, and the stage starts fresh. Returns what was done, for the log."""
+    if "--output_dir" not in cmd:
+        return ""
+    out = Path(cmd[cmd.index("--output_dir") + 1])
+    mark = out / STAGE_MARK
+    note = ""
+    if out.exists() and any(out.iterdir()):
+        if mark.exists() and mark.read_text() == command:
+            return f"resuming {out} (same command)"
+        n = 1
+        while (aside := out.with_name(f"{out.name}.superseded-{n}")).exists():
+            n += 1
+        out.rename(aside)
+        note = f"{out} was written by another command: moved to {aside}, starting fresh"
+    out.mkdir(parents=True, exist_ok=True)
+    mark.write_text(command)
+    return note
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny settings for every stage")
@@ -169,6 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         ran, t0, started_at = True, time.perf_counter(), git_commit()
         print(f"[pipeline] {name}: {command}", flush=True)
+        if note := fresh_or_resume(cmd, command):
+            print(f"[pipeline] {name}: {note}", flush=True)
         subprocess.run([sys.executable, *cmd], cwd=REPO_ROOT, check=True)
         # the code the stage ran is the commit it started at; its artifacts record HEAD when they were written
         done.append({"stage": name, "command": command, "wall_time_s": time.perf_counter() - t0,
