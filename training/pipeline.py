@@ -38,9 +38,9 @@ PRESETS = {
     "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
                 "eval": ["--seeds", "2"]},
     # GRPO runs 160 steps of 64 episodes (10,240); SDPO 40 (2,560), compared with GRPO's curve at
-    # equal episodes (both curves log episodes per step). Measured here at beta 0: SFT ~40 min, GRPO
-    # ~61 min, SDPO ~20 min, evaluation ~10 min, generalisation ~37 min; the KL reference adds about a
-    # quarter to each RL step. The option_b ablation (--ablation) adds another SFT (~25 min)
+    # equal episodes (both curves log episodes per step). Measured here with RL_RECIPE: SFT ~40 min,
+    # GRPO ~71 min, SDPO ~21 min, evaluation ~10 min, generalisation ~40 min (artifacts/pipeline.json).
+    # The option_b ablation (--ablation) adds another SFT (~25 min)
     "full": {"sft": ["--games", "4000"], "grpo": ["--max_steps", "160"], "sdpo": ["--max_steps", "40"],
              "eval": ["--seeds", "2"]},
 }
@@ -79,7 +79,8 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
 
     def rl(script, out, curve):
-        return [f"training/{script}.py", *s, *size[script], *RL_RECIPE, *trained_sellers, "--model_name_or_path", str(sft),
+        return [f"training/{script}.py", *s, *size[script], *RL_RECIPE, *trained_sellers,
+                "--model_name_or_path", str(sft),
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
     plan = [
         ("tiny", ["training/models.py", "--out", str(tiny)]),
