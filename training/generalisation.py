@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from env.bargain.players import SELLERS
-from env.bargain.scenarios import resolve_source
+from env.bargain.scenarios import is_union, resolve_source, union_parts
 from training.backends import SamplingConfig
 from training.cli import parse
 from training.evaluate import EvalConfig, run
@@ -53,33 +53,46 @@ class GeneralisationConfig:
             raise ValueError("--buyer_models names the trained buyers to study")
 
 
-def _other_source(train: str) -> str | None:
+def _sources(train: str) -> list[str]:
     train = resolve_source(train)
-    if train == "builtin":
+    return union_parts(train) if is_union(train) else [train]
+
+
+def _eval_source(train: str) -> str:
+    """Where studies (b)-(d) play: the training source's test split (of a union, its first source that is
+    not the generated training-only one: ``builtin+synthetic`` -> builtin)."""
+    return next((s for s in _sources(train) if s != "synthetic"), "builtin")
+
+
+def _other_source(train: str) -> str | None:
+    """Study (a)'s source: one the buyers never trained on (builtin or amazon)."""
+    trained = _sources(train)
+    if "amazon" not in trained:
         return "amazon" if resolve_source("auto") == "amazon" else None
-    return "builtin"
+    return "builtin" if "builtin" not in trained else None
 
 
 def studies(cfg: GeneralisationConfig) -> dict[str, dict]:
     """Each study: what it asks, and the evaluate.py options that answer it (None: cannot run here)."""
     common = {"buyers": "expert", "buyer_models": cfg.buyer_models, "seeds": cfg.seeds, "limit": cfg.limit,
               "transcripts": "", "out": "", "progress": False, "temperatures": "0"}
-    other = _other_source(cfg.train_source)
+    other, own = _other_source(cfg.train_source), _eval_source(cfg.train_source)
     return {
         "a_other_source": {
             "question": f"trained on {cfg.train_source}: the {other or 'other'} test split, every seller",
             "options": None if other is None else {**common, "scenarios": other},
-            "why_not": None if other else "the other source's data is not on this machine"},
+            "why_not": None if other else "the other source's data is not on this machine" if "amazon" not in
+            _sources(cfg.train_source) else "the buyers trained on every evaluation source"},
         "b_held_out_seller": {
             "question": f"the {cfg.held_out_seller} seller, never met in training",
-            "options": {**common, "scenarios": cfg.train_source, "sellers": cfg.held_out_seller}},
+            "options": {**common, "scenarios": own, "sellers": cfg.held_out_seller}},
         "c_adversarial": {
             "question": f"the adversarial sellers ({', '.join(ADVERSARIAL)}); the mix row pools them",
-            "options": {**common, "scenarios": cfg.train_source, "sellers": ",".join(ADVERSARIAL)}},
+            "options": {**common, "scenarios": own, "sellers": ",".join(ADVERSARIAL)}},
         "d_llm_seller": {
             "question": "a frozen LLM seller, regulated by the environment" + (
                 f" (the first {cfg.seller_model_limit} test products)" if cfg.seller_model_limit else ""),
-            "options": None if not cfg.seller_model else {**common, "scenarios": cfg.train_source,
+            "options": None if not cfg.seller_model else {**common, "scenarios": own,
                                                           "limit": cfg.seller_model_limit or cfg.limit,
                                                           "seller_model": cfg.seller_model, "seller_name": "llm_seller"},
             "why_not": None if cfg.seller_model else "no --seller_model given (see the README for training one)"},

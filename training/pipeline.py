@@ -50,6 +50,11 @@ PRESETS = {
 # shipped beta-0 run's +0.100 (artifacts/probes/README.md). SDPO gets the same reference so the two
 # differ only in their advantages.
 RL_RECIPE = ["--beta", "0.04"]
+# What every training stage plays (SFT games, GRPO and SDPO episodes): the builtin catalog's train split
+# and generated products taking turns (env/bargain/synthetic.py: invented names, prices $3-$60,000),
+# so the buyer learns to read its prompt rather than the catalog's names and price shapes. The
+# evaluation stays on the builtin test split (and Amazon for generalisation study (a)).
+TRAIN_SCENARIOS = "builtin+synthetic"
 # One persona never seen in training (expert games, GRPO and SDPO opponents): the generalisation
 # study (b) reads its row. The adversarial personas are study (c).
 HELD_OUT_SELLER = "tit_for_tat"
@@ -75,11 +80,12 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
     ev = ["--limit", "3", "--seeds", "1", "--max_new_tokens", "24"] if smoke else size["eval"]
 
     def sft_stage(out, curve, mode):
-        return ["training/sft.py", *s, *size["sft"], *trained_sellers, "--model", str(tiny), "--reasoning_mode", mode,
+        return ["training/sft.py", *s, *size["sft"], *trained_sellers, "--scenarios", TRAIN_SCENARIOS,
+                "--model", str(tiny), "--reasoning_mode", mode,
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
 
     def rl(script, out, curve):
-        return [f"training/{script}.py", *s, *size[script], *RL_RECIPE, *trained_sellers,
+        return [f"training/{script}.py", *s, *size[script], *RL_RECIPE, *trained_sellers, "--scenarios", TRAIN_SCENARIOS,
                 "--model_name_or_path", str(sft),
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
     plan = [
@@ -102,7 +108,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
         ("before_after", ["training/before_after.py", "--scenarios", eval_scenarios,
                           "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo")),
                           *(["--mutual", "2"] if smoke else []), "--out", str(art / "before_after.json")]),
-        ("generalisation", ["training/generalisation.py", "--train_source", eval_scenarios,
+        ("generalisation", ["training/generalisation.py", "--train_source", TRAIN_SCENARIOS,
                             "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("sft", "grpo", "sdpo")),
                             "--held_out_seller", HELD_OUT_SELLER, *(["--seller_model", seller_model] if seller_model
                                                                     else []),

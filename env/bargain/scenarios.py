@@ -5,7 +5,11 @@ Sources:
 * ``builtin``: the catalog in ``env/bargain/catalog.py``, written for this project (offline default).
 * ``amazon``: the AmazonHistoryPrice benchmark (Xia et al. 2024) read from
   ``../shared/data/amazon_history_price`` or ``$HAGGLE_AMAZON_DATA``.
+* ``synthetic``: generated products (``env/bargain/synthetic.py``), a training source: invented names,
+  prices over four orders of magnitude, costs anywhere around the budget.
 * any path to a JSON file or a folder of JSON files in that format.
+* several of these joined by ``+`` (``builtin+synthetic``): their union; a union's train and test
+  splits are the union of each source's own, so no source's test product is ever trained on.
 
 Derivation (the benchmark's): list price ``L = max(list_price, highest_price)``, seller cost
 ``C = lowest_price``, buyer budget ``B = 0.8 L`` (``budget_factor``). A product may instead give
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from env.bargain.catalog import builtin_catalog
+from env.bargain.synthetic import synthetic_catalog
 from env.bargain.scenario import (  # noqa: F401  (the scenario type, re-exported for callers that load scenarios)
     BUDGET_FACTOR, TEXT_LIMITS, Scenario, ScenarioDataError, check_budget_factor, make_scenario)
 
@@ -34,7 +39,7 @@ from env.bargain.scenario import (  # noqa: F401  (the scenario type, re-exporte
 PAPER_TEST_PRODUCTS, PAPER_PRODUCTS = 128, 930
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AMAZON_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "amazon_history_price"
-SOURCES = ("builtin", "amazon")
+SOURCES = ("builtin", "amazon")  # the evaluation sources (``synthetic`` is for training)
 
 
 class Split(NamedTuple):
@@ -141,12 +146,30 @@ def resolve_source(source: str = "auto") -> str:
     return source
 
 
+def is_union(source: str) -> bool:
+    """``a+b`` names a union, unless it is the path of an existing file or folder."""
+    return "+" in source and not Path(source).exists()
+
+
+def union_parts(source: str) -> list[str]:
+    """The sources of a ``+`` union (``builtin+synthetic``), each resolved; at least two, no repeats."""
+    parts = [resolve_source(p.strip()) for p in source.split("+")]
+    if len(parts) < 2 or not all(parts) or len(set(parts)) < len(parts):
+        raise ScenarioDataError(f"{source!r}: a union needs two or more different sources joined by '+'")
+    return parts
+
+
 def load_scenarios(source: str = "builtin", budget_factor: float = BUDGET_FACTOR) -> list[Scenario]:
     """Scenarios from ``builtin``, ``amazon``, ``auto`` or a path; loaded once per process.
     ``budget_factor`` sets budgets as that share of the list price (products that give their own
     budget keep it)."""
     source = resolve_source(source)
     budget_factor = check_budget_factor(budget_factor)
+    if is_union(source):
+        return [s for part in union_parts(source) for s in load_scenarios(part, budget_factor)]
+    if source == "synthetic":
+        return [replace(s, budget=budget_factor * s.list_price) if budget_factor != BUDGET_FACTOR else s
+                for s in synthetic_catalog()]
     if source == "builtin":
         if budget_factor == BUDGET_FACTOR:
             return builtin_catalog()
@@ -210,6 +233,8 @@ def get_split(source: str = "builtin", split: str = "test", budget_factor: float
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
     resolved = resolve_source(source)
+    if is_union(resolved):
+        return [s for part in union_parts(resolved) for s in get_split(part, split, budget_factor)]
     path = None if resolved == "builtin" else amazon_path() if resolved == "amazon" else Path(resolved)
     key = (resolved, budget_factor) if path is None else (resolved, str(path.resolve()), _mtime(path), budget_factor)
     if key not in _SPLITS:

@@ -26,7 +26,7 @@ class GameArguments:
     env: str = field(default="bargain", metadata={"help": "bargain (the bilateral game: the policy is the buyer) or "
                                                           "market (the GPU market: the policy is lab 0)"})
     tasks: str = field(default="all", metadata={"help": f"market tasks, comma list or all: {', '.join(TASKS)}"})
-    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon or a JSON path (train split used)"})
+    scenarios: str = field(default="builtin", metadata={"help": "builtin, amazon, synthetic, a JSON path, or a union such as builtin+synthetic (sources take turns); train split used"})
     budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
                                                                 "that give their own budget keep it)"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})

@@ -15,7 +15,7 @@ from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_ce
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import check_budget_factor, get_split, resolve_source
+from env.bargain.scenarios import check_budget_factor, get_split, is_union, resolve_source, union_parts
 from training.backends import SamplingConfig
 from training.games.base import build_agent, label, name_path
 from training.provenance import provenance, write_json, write_jsonl
@@ -42,7 +42,7 @@ class BargainGame:
 
     def __init__(self, script):
         self.script = script
-        self.train = get_split(script.scenarios, "train", script.budget_factor)
+        self.train = training_products(script.scenarios, script.budget_factor)
 
     @staticmethod
     def check_script(script) -> None:
@@ -259,6 +259,19 @@ class BargainGame:
 
 
 INCLUDE_MUST_MATCH = ("split", "seeds", "seed_base", "max_turns", "budget_factor", "reasoning_mode")
+
+
+def training_products(source: str, budget_factor: float) -> list:
+    """The train split a script's rows index. For a union (``builtin+synthetic``) the sources take
+    turns, each cycled to the length of the largest, so every source gets an equal share of any run's
+    games whatever its size (row i of a two-source union: source i mod 2)."""
+    if not is_union(resolve_source(source)):
+        return get_split(source, "train", budget_factor)
+    parts = [get_split(part, "train", budget_factor) for part in union_parts(resolve_source(source))]
+    if not all(parts):
+        raise ValueError(f"--scenarios {source}: a source of the union has no train products")
+    longest = max(len(p) for p in parts)
+    return [part[k % len(part)] for k in range(longest) for part in parts]
 
 
 def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, taken: set) -> tuple[list, dict]:

@@ -63,8 +63,10 @@ class ExpertBuyer(ScriptedBuyer):
         budget = obs.private_value
         ask = obs.their_offer
         plan = min(self.planned(obs), budget)
-        if ask is None:
-            return self.offer(obs, plan, "No ask yet.")
+        if ask is None:  # the opening: the list price copied next to the offer it is a share of
+            share, of = ((f"{self.anchor:.0%}", f"list {format_price(obs.list_price)}")
+                         if self.anchor * obs.list_price <= 0.9 * budget else ("90%", f"budget {format_price(budget)}"))
+            return self.offer(obs, plan, f"No ask yet. Open at {share} of {of}.")
         over = ask > budget
         compare = f"Ask {format_price(ask)} vs budget {format_price(budget)}: " + ("over budget." if over else "within budget.")
         if not over and ask <= plan:
