@@ -138,3 +138,59 @@ def test_scenario_validates_itself():
         make_scenario("X", "", "c", 10.0, -1.0, "t")
     with pytest.raises(ValueError):
         get_split("builtin", "validation")
+
+
+# ---------------------------------------------------------------- the generated training source
+
+def test_synthetic_catalog_is_deterministic_varied_and_disjoint_from_the_evaluation_sources():
+    from env.bargain.synthetic import synthetic_catalog
+    products = synthetic_catalog()
+    assert [s.id for s in products] == [s.id for s in synthetic_catalog()], "same seed, same catalog"
+    assert len({s.id for s in products}) == len(products) and all(s.source == "synthetic" for s in products)
+    prices = [s.list_price for s in products]
+    assert min(prices) < 10 and max(prices) > 10_000, "prices span orders of magnitude"
+    interest = [s.mutual_interest for s in products]
+    assert 0.5 < sum(interest) / len(interest) < 0.95, "costs fall below the budget in most products, above in some"
+    assert all(0 < s.cost and math.isclose(s.budget, math.floor(0.8 * s.list_price * 100) / 100, abs_tol=0.011)
+               for s in products)
+    assert not {s.title for s in products} & {s.title for s in builtin_catalog()}
+    assert [s.id for s in synthetic_catalog(50, seed=1)] != [s.id for s in synthetic_catalog(50, seed=2)]
+    with pytest.raises(ValueError):
+        synthetic_catalog(0)
+
+
+def test_a_union_of_sources_keeps_each_sources_own_split_and_rejects_bad_unions():
+    union_test, union_train = get_split("builtin+synthetic", "test"), get_split("builtin+synthetic", "train")
+    assert union_test == get_split("builtin", "test") + get_split("synthetic", "test")
+    assert union_train == get_split("builtin", "train") + get_split("synthetic", "train")
+    assert not {s.id for s in union_test} & {s.id for s in union_train}, "no source's test product is trained on"
+    assert len(load_scenarios("builtin+synthetic")) == len(union_test) + len(union_train)
+    assert all(math.isclose(s.budget, 0.5 * s.list_price, abs_tol=0.011) for s in load_scenarios("synthetic", 0.5))
+    for bad in ("builtin+builtin", "builtin+", "+synthetic", "builtin++synthetic"):
+        with pytest.raises(ScenarioDataError, match="union"):
+            get_split(bad, "train")
+
+
+def test_a_file_whose_name_holds_a_plus_is_a_path_not_a_union(tmp_path):
+    path = tmp_path / "shop+more.json"
+    path.write_text(json.dumps([{"title": "Lamp", "list_price": 40, "cost": 20, "category": "home"}]))
+    assert [s.title for s in load_scenarios(str(path))] == ["Lamp"]
+
+
+def test_training_rows_take_turns_between_a_unions_sources_and_never_hold_a_test_product():
+    from training.games.bargain import training_products
+    rows = training_products("builtin+synthetic", 0.8)
+    assert [s.source for s in rows[:6]] == ["builtin", "synthetic"] * 3
+    assert {s.id for s in rows} == {s.id for s in get_split("builtin+synthetic", "train")}
+    assert not {s.id for s in rows} & {s.id for s in get_split("builtin+synthetic", "test")}
+    assert sum(s.source == "builtin" for s in rows) == sum(s.source == "synthetic" for s in rows)
+    assert training_products("builtin", 0.8) == get_split("builtin", "train")
+
+
+def test_the_experts_opening_thought_names_the_price_its_offer_is_a_share_of():
+    for budget, named in ((None, "55% of list $200.00"), (60.0, "90% of budget $60.00")):
+        sc = make_scenario("Desk", "A desk.", "home", 200.0, 30.0, "test", budget=budget)
+        env = play_episode(sc, make_player("buyer", "expert", "option_a"), make_player("seller", "neutral", "option_a"),
+                           seed=3)
+        first = env.log[0]
+        assert named in first["thought"] and first["action"].price <= sc.budget

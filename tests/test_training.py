@@ -143,6 +143,10 @@ def test_presets_keep_a_seller_out_of_training_and_the_full_one_trains_on_10k_ep
             cmd = plan[name]
             sellers = cmd[cmd.index("--sellers") + 1].split(",")
             assert pipeline.HELD_OUT_SELLER not in sellers and len(sellers) == len(SELLERS) - 1
+        # every training stage plays the same products: the catalog and generated ones, never the test split
+        assert {plan[name][plan[name].index("--scenarios") + 1] for name in ("sft", "grpo", "sdpo")} == \
+            {pipeline.TRAIN_SCENARIOS}
+        assert plan["generalisation"][plan["generalisation"].index("--train_source") + 1] == pipeline.TRAIN_SCENARIOS
         # both RL stages hold the policy near its SFT start with the same KL weight
         betas = {float(plan[name][plan[name].index("--beta") + 1]) for name in ("grpo", "sdpo")}
         assert len(betas) == 1 and betas.pop() > 0
@@ -261,6 +265,7 @@ def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny
 
 
 def test_generalisation_studies_say_what_they_run_and_the_model_seller_plays_the_first_products():
+    from env.bargain.scenarios import amazon_path
     from training.generalisation import GeneralisationConfig, studies
     plan = studies(GeneralisationConfig(buyer_models="grpo=x", held_out_seller="boulware", limit=30))
     assert plan["b_held_out_seller"]["options"]["sellers"] == "boulware"
@@ -272,6 +277,14 @@ def test_generalisation_studies_say_what_they_run_and_the_model_seller_plays_the
     assert with_seller["b_held_out_seller"]["options"]["limit"] == 30, "the scripted studies keep --limit"
     as_limit = studies(GeneralisationConfig(buyer_models="grpo=x", seller_model="m", limit=30, seller_model_limit=0))
     assert as_limit["d_llm_seller"]["options"]["limit"] == 30
+    # trained on the catalog plus generated products: (a) is the source left out, (b)-(d) the catalog's test split
+    union = studies(GeneralisationConfig(buyer_models="grpo=x", train_source="builtin+synthetic", seller_model="m"))
+    assert {union[k]["options"]["scenarios"] for k in ("b_held_out_seller", "c_adversarial", "d_llm_seller")} == \
+        {"builtin"}
+    if amazon_path().is_dir():
+        assert union["a_other_source"]["options"]["scenarios"] == "amazon"
+    both = studies(GeneralisationConfig(buyer_models="grpo=x", train_source="amazon+builtin"))
+    assert both["a_other_source"]["options"] is None and "every evaluation source" in both["a_other_source"]["why_not"]
     with pytest.raises(ValueError, match="--held_out_seller"):
         GeneralisationConfig(buyer_models="grpo=x", held_out_seller="nobody")
     with pytest.raises(ValueError, match="--seller_model_limit"):
