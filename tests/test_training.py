@@ -289,3 +289,29 @@ def test_generalisation_studies_say_what_they_run_and_the_model_seller_plays_the
         GeneralisationConfig(buyer_models="grpo=x", held_out_seller="nobody")
     with pytest.raises(ValueError, match="--seller_model_limit"):
         GeneralisationConfig(buyer_models="grpo=x", seller_model_limit=-1)
+
+
+@pytest.mark.parametrize("mode", ["option_a", "option_b"])
+def test_every_expert_reply_sft_teaches_fits_the_reply_budget_of_training_and_evaluation(tiny, mode):
+    """A reply longer than the budget is cut into a format error: a budget below the expert's replies
+    punishes the policy for writing what SFT taught it (GRPO's old 64 cut 19% of them)."""
+    from training.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend
+    from training.games.bargain import BargainGame
+    from training.grpo import GRPOScriptArguments
+    from training.rollout import LLMAgent
+
+    assert GRPOScriptArguments.max_new_tokens == SamplingConfig.max_new_tokens == REPLY_TOKENS
+    model, tok = tiny
+    longest = 0
+    for source in ("builtin", "synthetic"):
+        game = BargainGame(sft.SFTScriptArguments(scenarios=source, games=70))
+        data, _ = game.expert_games([LLMAgent(TransformersBackend(model, tok), mode)], 70)
+        for mask in data["completion_mask"]:  # each run of 1s is one buyer reply
+            run = 0
+            for m in [*mask, 0]:
+                if m:
+                    run += 1
+                else:
+                    longest, run = max(longest, run), 0
+    think = SamplingConfig.think_tokens if mode == "option_b" else 0
+    assert 60 < longest <= REPLY_TOKENS + think, longest

@@ -21,12 +21,20 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
+# Tokens a reply may take (after any thinking), in training and evaluation alike. The expert's replies,
+# which SFT teaches token for token, run to about 100 tokens with the tiny model's single-digit
+# tokenizer (Thought with its arithmetic, Talk naming the product, Action); a budget below that
+# truncates the replies the policy was taught into format errors. GRPO's earlier 64 cut 19% of the
+# expert's builtin replies and 73% of its Amazon openings.
+REPLY_TOKENS = 128
+
+
 @dataclass
 class SamplingConfig:
     temperature: float = field(default=0.7, metadata={"help": "0 means greedy"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     top_k: int = field(default=0, metadata={"help": "0 disables top-k"})
-    max_new_tokens: int = field(default=96, metadata={"help": "tokens per reply (after any thinking)"})
+    max_new_tokens: int = field(default=REPLY_TOKENS, metadata={"help": "tokens per reply (after any thinking)"})
     think_tokens: int = field(default=128, metadata={"help": "cap on <think> tokens per reply (option_b)"})
     seed: int = field(default=0, metadata={"help": "generation seed"})
 

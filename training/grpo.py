@@ -33,6 +33,7 @@ from accelerate.utils import gather_object
 from trl import GRPOConfig
 
 from env.bargain.protocol import REASONING_MODES
+from training.backends import REPLY_TOKENS
 from training.cli import parse
 from training.games import GameArguments, game_for
 from training.games.base import reward_stats
@@ -48,7 +49,8 @@ SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--gradi
 class GRPOScriptArguments(GameArguments):
     seller_model: str = field(default="", metadata={"help": "a frozen model seller instead of the scripted mix"})
     reasoning_mode: str = field(default="option_a", metadata={"help": "option_a or option_b"})
-    max_new_tokens: int = field(default=64, metadata={"help": "tokens per buyer reply"})
+    max_new_tokens: int = field(default=REPLY_TOKENS, metadata={"help": "tokens per buyer reply (the evaluation's "
+                                                                          "budget: replies as SFT taught them fit)"})
     think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact ('' for none)"})
     episode_log: str = field(default="", metadata={
