@@ -649,7 +649,7 @@ def _training_tab() -> None:
     gr.Plot(F.sft_loss(), label="SFT")
     gr.Plot(F.rl_rewards(), label="RL reward")
     gr.Plot(F.rl_phases(), label="behaviour per RL step")
-    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"], max_height=2000,
+    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"], max_height=6000,
                  column_widths=["12%", "10%", "78%"], elem_id="pipeline-table",
                  label="python training/pipeline.py: stages", interactive=False, wrap=True)
     gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in

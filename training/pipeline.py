@@ -10,7 +10,7 @@ stage's buyer (``training/before_after.py``) -> the generalisation studies
 training stage. Writes ``artifacts/pipeline.json`` with each stage's command, wall time and hardware.
 
     python training/pipeline.py                 # the default preset: at most 60 minutes on this CPU
-    nohup python training/pipeline.py --preset full > runs/pipeline.log 2>&1 &   # the shipped run (~2.5 h)
+    nohup python training/pipeline.py --preset full > runs/pipeline.log 2>&1 &   # the shipped run (~2.3 h)
     python training/pipeline.py --smoke --workdir /tmp/haggle-smoke   # minutes: what the tests run
 """
 
@@ -38,8 +38,8 @@ PRESETS = {
     "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
                 "eval": ["--seeds", "2"], "gen": ["--seeds", "1"]},
     # GRPO runs 160 steps of 64 episodes (10,240); SDPO 40 (2,560), compared with GRPO's curve at
-    # equal episodes (both curves log episodes per step). Measured here with RL_RECIPE: SFT ~40 min,
-    # GRPO ~71 min, SDPO ~21 min, evaluation ~10 min, generalisation ~40 min (artifacts/pipeline.json).
+    # equal episodes (both curves log episodes per step). Measured here: SFT ~30 min, GRPO ~66 min,
+    # SDPO ~20 min, evaluation ~10 min, generalisation ~12 min (artifacts/pipeline.json).
     # The option_b ablation (--ablation) adds another SFT (~25 min)
     # The generalisation studies play one seed per product (two took 40 minutes here with SDPO among
     # the buyers) and study the headline GRPO buyer and its SFT start; SDPO's comparison with GRPO is
