@@ -58,15 +58,14 @@ def _sources(train: str) -> list[str]:
     return union_parts(train) if is_union(train) else [train]
 
 
-def _eval_source(train: str) -> str:
+def _eval_source(trained: list[str]) -> str:
     """Where studies (b)-(d) play: the training source's test split (of a union, its first source that is
     not the generated training-only one: ``builtin+synthetic`` -> builtin)."""
-    return next((s for s in _sources(train) if s != "synthetic"), "builtin")
+    return next((s for s in trained if s != "synthetic"), "builtin")
 
 
-def _other_source(train: str) -> str | None:
+def _other_source(trained: list[str]) -> str | None:
     """Study (a)'s source: one the buyers never trained on (builtin or amazon)."""
-    trained = _sources(train)
     if "amazon" not in trained:
         return "amazon" if resolve_source("auto") == "amazon" else None
     return "builtin" if "builtin" not in trained else None
@@ -76,13 +75,14 @@ def studies(cfg: GeneralisationConfig) -> dict[str, dict]:
     """Each study: what it asks, and the evaluate.py options that answer it (None: cannot run here)."""
     common = {"buyers": "expert", "buyer_models": cfg.buyer_models, "seeds": cfg.seeds, "limit": cfg.limit,
               "transcripts": "", "out": "", "progress": False, "temperatures": "0"}
-    other, own = _other_source(cfg.train_source), _eval_source(cfg.train_source)
+    trained = _sources(cfg.train_source)
+    other, own = _other_source(trained), _eval_source(trained)
     return {
         "a_other_source": {
             "question": f"trained on {cfg.train_source}: the {other or 'other'} test split, every seller",
             "options": None if other is None else {**common, "scenarios": other},
             "why_not": None if other else "the other source's data is not on this machine" if "amazon" not in
-            _sources(cfg.train_source) else "the buyers trained on every evaluation source"},
+            trained else "the buyers trained on every evaluation source"},
         "b_held_out_seller": {
             "question": f"the {cfg.held_out_seller} seller, never met in training",
             "options": {**common, "scenarios": own, "sellers": cfg.held_out_seller}},

@@ -133,6 +133,8 @@ def load_json_products(path: str | os.PathLike, source: str | None = None,
 # ---------------------------------------------------------------- sources and splits
 
 _CACHE: dict[tuple, list[Scenario]] = {}
+# The sources generated in code (no file): each gives its scenarios at the default budget factor.
+GENERATED = {"builtin": builtin_catalog, "synthetic": synthetic_catalog}
 
 
 def amazon_path() -> Path:
@@ -167,15 +169,12 @@ def load_scenarios(source: str = "builtin", budget_factor: float = BUDGET_FACTOR
     budget_factor = check_budget_factor(budget_factor)
     if is_union(source):
         return [s for part in union_parts(source) for s in load_scenarios(part, budget_factor)]
-    if source == "synthetic":
-        return [replace(s, budget=budget_factor * s.list_price) if budget_factor != BUDGET_FACTOR else s
-                for s in synthetic_catalog()]
-    if source == "builtin":
+    if source in GENERATED:
         if budget_factor == BUDGET_FACTOR:
-            return builtin_catalog()
-        key = ("builtin", budget_factor)
+            return GENERATED[source]()
+        key = (source, budget_factor)
         if key not in _CACHE:
-            _CACHE[key] = [replace(s, budget=budget_factor * s.list_price) for s in builtin_catalog()]
+            _CACHE[key] = [replace(s, budget=budget_factor * s.list_price) for s in GENERATED[source]()]
         return list(_CACHE[key])
     path = amazon_path() if source == "amazon" else Path(source)
     if source == "amazon" and not path.exists():
@@ -235,7 +234,7 @@ def get_split(source: str = "builtin", split: str = "test", budget_factor: float
     resolved = resolve_source(source)
     if is_union(resolved):
         return [s for part in union_parts(resolved) for s in get_split(part, split, budget_factor)]
-    path = None if resolved == "builtin" else amazon_path() if resolved == "amazon" else Path(resolved)
+    path = None if resolved in GENERATED else amazon_path() if resolved == "amazon" else Path(resolved)
     key = (resolved, budget_factor) if path is None else (resolved, str(path.resolve()), _mtime(path), budget_factor)
     if key not in _SPLITS:
         _SPLITS[key] = split_scenarios(load_scenarios(source, budget_factor))

@@ -265,9 +265,10 @@ def training_products(source: str, budget_factor: float) -> list:
     """The train split a script's rows index. For a union (``builtin+synthetic``) the sources take
     turns, each cycled to the length of the largest, so every source gets an equal share of any run's
     games whatever its size (row i of a two-source union: source i mod 2)."""
-    if not is_union(resolve_source(source)):
-        return get_split(source, "train", budget_factor)
-    parts = [get_split(part, "train", budget_factor) for part in union_parts(resolve_source(source))]
+    resolved = resolve_source(source)
+    if not is_union(resolved):
+        return get_split(resolved, "train", budget_factor)
+    parts = [get_split(part, "train", budget_factor) for part in union_parts(resolved)]
     if not all(parts):
         raise ValueError(f"--scenarios {source}: a source of the union has no train products")
     longest = max(len(p) for p in parts)

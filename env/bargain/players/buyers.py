@@ -51,10 +51,11 @@ class ExpertBuyer(ScriptedBuyer):
     anchor = 0.55  # first offer, as a share of the list price (capped below the budget)
     target = 0.85  # last offer, as a share of the budget
     curve = 1.5  # convex: small steps first, bigger ones near the deadline
+    cap = 0.9  # the first offer is at most this share of the budget
 
     def planned(self, obs: Observation) -> float:
         budget = obs.private_value
-        start = min(self.anchor * obs.list_price, 0.9 * budget)
+        start = min(self.anchor * obs.list_price, self.cap * budget)
         end = max(self.target * budget, start)
         progress = (obs.turn - 1) / (obs.max_turns - 1) if obs.max_turns > 1 else 1.0
         return start + (end - start) * progress ** self.curve
@@ -64,9 +65,9 @@ class ExpertBuyer(ScriptedBuyer):
         ask = obs.their_offer
         plan = min(self.planned(obs), budget)
         if ask is None:  # the opening: the list price copied next to the offer it is a share of
-            share, of = ((f"{self.anchor:.0%}", f"list {format_price(obs.list_price)}")
-                         if self.anchor * obs.list_price <= 0.9 * budget else ("90%", f"budget {format_price(budget)}"))
-            return self.offer(obs, plan, f"No ask yet. Open at {share} of {of}.")
+            share, of = ((self.anchor, f"list {format_price(obs.list_price)}")
+                         if self.anchor * obs.list_price <= self.cap * budget else (self.cap, f"budget {format_price(budget)}"))
+            return self.offer(obs, plan, f"No ask yet. Open at {share:.0%} of {of}.")
         over = ask > budget
         compare = f"Ask {format_price(ask)} vs budget {format_price(budget)}: " + ("over budget." if over else "within budget.")
         if not over and ask <= plan:
