@@ -73,3 +73,54 @@ def test_adversarial_personas_behave_as_named():
         metrics, _ = play_cell(scenarios, lambda: make_player("buyer", "expert"), lambda: make_player("seller", name), 1)
         deals[name] = sum(m.deal for m in metrics)
     assert deals["unyielding"] < deals["conceder"]
+
+
+def test_compare_digits_agrees_with_the_numbers_on_random_prices():
+    """The expert's digit-by-digit comparison is what SFT teaches the buyer before it accepts: its
+    verdict must be the true order of the two prices, for any prices (fuzzed over six orders of
+    magnitude, near-equal pairs included, where a one-step comparison fails most)."""
+    import random
+    import re
+
+    from env.bargain.players.buyers import compare_digits
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        b = round(10 ** rng.uniform(-1, 5), 2)
+        a = round(max(0.01, b * rng.choice([rng.uniform(0.5, 1.5), 1 + rng.uniform(-0.02, 0.02), 1.0])), 2)
+        text = compare_digits(a, b)
+        if text == "equal":
+            assert round(a * 100) == round(b * 100)
+            continue
+        digits = re.fullmatch(r"(\d+) digits vs (\d+)", text)
+        if digits:
+            assert len(str(int(a))) == int(digits[1]) != int(digits[2]) == len(str(int(b)))
+            assert (int(digits[1]) > int(digits[2])) == (a > b)
+            continue
+        steps = text.split(", ")
+        assert all(re.fullmatch(r"\d=\d", s) and s[0] == s[2] for s in steps[:-1]), text
+        last = re.fullmatch(r"(\d)([<>])(\d)", steps[-1])
+        assert last and (last[2] == ">") == (a > b) and last[1] != last[3], (a, b, text)
+
+
+def test_expert_thought_shows_the_comparison_before_it_accepts():
+    """Every expert reply to an ask names the digit comparison and a verdict that matches the
+    budget; the expert never accepts an ask its Thought calls over budget."""
+    import re
+
+    scenario = get_split("builtin", "test")[3]
+    seen = 0
+    for seller in SELLERS:
+        env = play_episode(scenario, make_player("buyer", "expert"), make_player("seller", seller), seed=5)
+        for turn in env.transcript()["turns"]:
+            m = turn["role"] == "buyer" and re.match(
+                r"Ask \$([\d,.]+) vs budget \$([\d,.]+): ([^:]+): (over|within) budget", turn["thought"] or "")
+            if not m:
+                continue
+            seen += 1
+            ask = float(m[1].replace(",", ""))
+            assert (m[4] == "over") == (ask > scenario.budget), turn["thought"]
+            assert m[3] and ("<" in m[3] or ">" in m[3] or "digits" in m[3] or m[3] == "equal")
+            if m[4] == "over":
+                assert not turn["action"].startswith("[DEAL]")
+    assert seen >= len(SELLERS)

@@ -1,8 +1,9 @@
 """Scripted buyers: the rule-based expert and baselines.
 
 No scripted buyer ever offers or accepts more than its budget. The expert writes its
-arithmetic out in the Thought field ("ask $175.00 vs budget $170.00: over budget"), which
-is what a small model needs to copy when it learns from expert games.
+arithmetic out in the Thought field, the ask against the budget digit by digit until two
+differ ("Ask $175.00 vs budget $170.00: 1=1, 7=7, 5>0: over budget."), which is what a small
+model needs to copy when it learns from expert games.
 """
 
 from __future__ import annotations
@@ -21,6 +22,24 @@ BUYER_TALK = {
     "accept": ("Deal, {price} it is.", "Alright, {price} works. Thank you!", "You have a deal at {price}."),
     "quit": ("Sorry, that's beyond what I can pay. Thanks anyway.", "I'll have to pass. Goodbye."),
 }
+
+
+def compare_digits(a: float, b: float) -> str:
+    """How ``a`` stands against ``b``, worked out the way one compares prices by hand: by the
+    number of digits before the point when those differ ("3 digits vs 2"), else digit by digit,
+    cents included, up to the first that differs ("1=1, 2>1"); "equal" when none does. Each step
+    copies one digit of each price and compares two single digits, which a small model can learn
+    where "$122.00 vs $119.99" in one step it often cannot."""
+    ca, cb = round(a * 100), round(b * 100)
+    ia, ib = str(ca // 100), str(cb // 100)
+    if len(ia) != len(ib):
+        return f"{len(ia)} digits vs {len(ib)}"
+    steps = []
+    for x, y in zip(ia + f"{ca % 100:02d}", ib + f"{cb % 100:02d}", strict=True):
+        steps.append(f"{x}{'=' if x == y else '>' if x > y else '<'}{y}")
+        if x != y:
+            return ", ".join(steps)
+    return "equal"
 
 
 class ScriptedBuyer(ScriptedPlayer):
@@ -69,7 +88,8 @@ class ExpertBuyer(ScriptedBuyer):
                          if self.anchor * obs.list_price <= self.cap * budget else (self.cap, f"budget {format_price(budget)}"))
             return self.offer(obs, plan, f"No ask yet. Open at {share:.0%} of {of}.")
         over = ask > budget
-        compare = f"Ask {format_price(ask)} vs budget {format_price(budget)}: " + ("over budget." if over else "within budget.")
+        compare = (f"Ask {format_price(ask)} vs budget {format_price(budget)}: {compare_digits(ask, budget)}: "
+                   + ("over budget." if over else "within budget."))
         if not over and ask <= plan:
             return self.accept(obs, f"{compare} Ask <= plan {format_price(plan)}: accept.")
         if not over and obs.turn >= obs.max_turns:
