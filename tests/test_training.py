@@ -182,6 +182,36 @@ def test_a_changed_stage_starts_fresh_and_an_interrupted_one_resumes(tmp_path):
     cmd = ["training/sdpo.py", "--output_dir", str(legacy)]
     assert "moved" in fresh_or_resume(cmd, " ".join(cmd)) and not any(legacy.glob("checkpoint-*"))
     assert (tmp_path / "sdpo.superseded-1" / "checkpoint-40").exists()
+    # the same command on other code (a changed recipe inside a script, its defaults): fresh too
+    fresh_or_resume(new, " ".join(new), code="aaa")
+    (out / "checkpoint-20").mkdir()
+    assert "resuming" in fresh_or_resume(new, " ".join(new), code="aaa")
+    assert "moved" in fresh_or_resume(new, " ".join(new), code="bbb") and not any(out.glob("checkpoint-*"))
+
+
+def test_code_version_follows_the_code_not_the_docs(tmp_path, monkeypatch):
+    """The fingerprint a finished stage is matched by: a change under training/ changes it, a README
+    change does not (so editing docs never retrains, and editing code always does)."""
+    from training import provenance
+    repo = tmp_path / "repo"
+    (repo / "training").mkdir(parents=True)
+    (repo / "env").mkdir()
+    for f, text in {"training/a.py": "x = 1\n", "env/b.py": "", "README.md": "hi\n", "pyproject.toml": "",
+                    "requirements.txt": ""}.items():
+        (repo / f).write_text(text)
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], cwd=repo, check=True)
+    monkeypatch.setattr(provenance, "REPO_ROOT", repo)
+    first = provenance.code_version()
+    (repo / "README.md").write_text("docs changed\n")
+    assert provenance.code_version() == first != "unknown"
+    (repo / "training" / "a.py").write_text("x = 2\n")
+    changed = provenance.code_version()
+    assert changed != first
+    subprocess.run([*git, "commit", "-qam", "b"], cwd=repo, check=True)
+    assert provenance.code_version() not in (first, changed)  # committed: the tree hash moves instead
 
 
 def test_a_rerun_skips_the_stages_an_earlier_run_finished(tmp_path):
@@ -196,6 +226,13 @@ def test_a_rerun_skips_the_stages_an_earlier_run_finished(tmp_path):
     assert json.loads((art / "pipeline.json").read_text())["stages"][0]["skipped_now"] is True
     redo = subprocess.run(cmd + ["--restart"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "skipped" not in redo.stdout
+    # the record says the stage ran other code (the code changed since): it runs again, and says why
+    state = tmp_path / "pipeline_state.json"
+    recorded = json.loads(state.read_text())
+    recorded["tiny"]["code"] = "other"
+    state.write_text(json.dumps(recorded))
+    changed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "skipped" not in changed.stdout and "on other code: running it again" in changed.stdout
 
 
 def test_shipped_checkpoint_plays_offline():

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.provenance import REPO_ROOT, git_commit, machine, provenance, write_json
+from training.provenance import REPO_ROOT, code_version, git_commit, machine, provenance, write_json
 
 SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
         "chat_template.jinja", "lineage.json"]
@@ -140,28 +140,34 @@ def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
 STAGE_MARK = "pipeline_command.txt"  # in a stage's --output_dir: the command that wrote its checkpoints
 
 
-def fresh_or_resume(cmd: list[str], command: str) -> str:
+def fresh_or_resume(cmd: list[str], command: str, code: str = "") -> str:
     """Every training script resumes from the last checkpoint in its ``--output_dir``. That is right
-    for an interrupted run of the same command, and wrong for a changed one (a new recipe would
-    resume from the old run's last step and train no further). So a stage's folder records the
-    command that writes it; a folder written by another command (or by an unknown one) is moved
-    aside, never deleted, and the stage starts fresh. Returns what was done, for the log."""
+    for an interrupted run of the same command on the same code, and wrong for a changed one (a new
+    recipe, or new code under the same command line, would resume from the old run's last step and
+    train no further). So a stage's folder records the command that writes it and the code it ran
+    (``code``, training.provenance.code_version); a folder written by another command or other code
+    (or by an unknown one) is moved aside, never deleted, and the stage starts fresh. Returns what
+    was done, for the log."""
     if "--output_dir" not in cmd:
         return ""
     out = Path(cmd[cmd.index("--output_dir") + 1])
     mark = out / STAGE_MARK
     note = ""
     if out.exists() and any(out.iterdir()):
-        if mark.exists() and mark.read_text() == command:
-            return f"resuming {out} (same command)"
+        if mark.exists() and mark.read_text() == _mark(command, code):
+            return f"resuming {out} (same command, same code)"
         n = 1
         while (aside := out.with_name(f"{out.name}.superseded-{n}")).exists():
             n += 1
         out.rename(aside)
-        note = f"{out} was written by another command: moved to {aside}, starting fresh"
+        note = f"{out} was written by another command or other code: moved to {aside}, starting fresh"
     out.mkdir(parents=True, exist_ok=True)
-    mark.write_text(command)
+    mark.write_text(_mark(command, code))
     return note
+
+
+def _mark(command: str, code: str) -> str:
+    return f"{command}\ncode {code}" if code else command
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -193,26 +199,31 @@ def main(argv: list[str] | None = None) -> dict:
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
-    state_path = work / "pipeline_state.json"  # stages finished by earlier runs of the same commands
+    state_path = work / "pipeline_state.json"  # stages finished by earlier runs of the same commands and code
     finished = {} if a.restart or not state_path.exists() else json.loads(state_path.read_text())
     start = time.perf_counter()
-    done, ran = [], False
+    done, ran, code = [], False, code_version()
     for name, cmd in plan:
         if only and name not in only:
             continue
         command = "python " + " ".join(cmd)
-        if not ran and finished.get(name, {}).get("command") == command:  # after a stage reruns, all later ones do
+        earlier = finished.get(name, {})
+        if not ran and earlier.get("command") == command and earlier.get("code") == code:
+            # after a stage reruns, all later ones do
             print(f"[pipeline] {name}: finished by an earlier run, skipped (--restart to redo)", flush=True)
             done.append({**finished[name], "skipped_now": True})
             continue
         ran, t0, started_at = True, time.perf_counter(), git_commit()
         print(f"[pipeline] {name}: {command}", flush=True)
-        if note := fresh_or_resume(cmd, command):
+        if earlier.get("command") == command and earlier.get("code") != code:
+            print(f"[pipeline] {name}: an earlier run finished this command on other code: running it again",
+                  flush=True)
+        if note := fresh_or_resume(cmd, command, code):
             print(f"[pipeline] {name}: {note}", flush=True)
         subprocess.run([sys.executable, *cmd], cwd=REPO_ROOT, check=True)
         # the code the stage ran is the commit it started at; its artifacts record HEAD when they were written
         done.append({"stage": name, "command": command, "wall_time_s": time.perf_counter() - t0,
-                     "hardware": machine(), "commit": started_at, "commit_at_end": git_commit()})
+                     "hardware": machine(), "commit": started_at, "commit_at_end": git_commit(), "code": code})
         finished[name] = done[-1]
         write_json(state_path, finished)
     final = work / "grpo" / "final"

@@ -7,6 +7,7 @@ its configuration, its seeds, the git commit, the date, the machine and the wall
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -34,6 +35,25 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{head}-dirty" if dirty else head
+
+
+CODE_PATHS = ("env", "training", "pyproject.toml", "requirements.txt")  # what a training stage runs
+
+
+def code_version() -> str:
+    """A fingerprint of the code a stage runs (``env/``, ``training/``, the dependency pins): git's tree
+    hashes at HEAD, plus a hash of any uncommitted change to them, so the same code gives the same
+    string whether or not it is committed, and docs or artifacts never change it. ``unknown`` outside
+    git."""
+    try:
+        trees = subprocess.run(["git", "rev-parse", *(f"HEAD:{p}" for p in CODE_PATHS)], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.split()
+        diff = subprocess.run(["git", "diff", "HEAD", "--", *CODE_PATHS], cwd=REPO_ROOT, capture_output=True,
+                              timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    change = f"+{hashlib.sha256(diff).hexdigest()[:12]}" if diff else ""
+    return hashlib.sha256(" ".join(trees).encode()).hexdigest()[:16] + change
 
 
 def machine() -> str:
