@@ -189,6 +189,20 @@ def test_a_changed_stage_starts_fresh_and_an_interrupted_one_resumes(tmp_path):
     assert "moved" in fresh_or_resume(new, " ".join(new), code="bbb") and not any(out.glob("checkpoint-*"))
 
 
+def test_a_skipped_stage_leaves_its_model_out_of_every_evaluation(tmp_path):
+    from training import pipeline
+    plan = dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin", "full", skip=frozenset({"sdpo"})))
+    assert "sdpo" not in plan and "grpo" in plan
+    for stage, flag in (("evaluate", "--buyer_models"), ("before_after", "--models")):
+        models = plan[stage][plan[stage].index(flag) + 1]
+        assert "grpo=" in models and "sdpo" not in models, (stage, models)
+    full = dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin", "full"))
+    assert "sdpo=" in full["evaluate"][full["evaluate"].index("--buyer_models") + 1]
+    bad = subprocess.run([sys.executable, "training/pipeline.py", "--skip", "sft"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--skip takes stages from" in bad.stderr
+
+
 def test_code_version_follows_the_code_not_the_docs(tmp_path, monkeypatch):
     """The fingerprint a finished stage is matched by: a change under training/ changes it, a README
     change does not (so editing docs never retrains, and editing code always does)."""

@@ -64,12 +64,16 @@ HELD_OUT_SELLER = "tit_for_tat"
 TEMPERATURES = "0,0.7"  # evaluation greedy (the headline) and as sampled in RL
 
 
+SKIPPABLE = ("sdpo", "before_after", "generalisation")  # stages no later stage needs (the ablation's is --ablation)
+
+
 def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str = "default",
            seller_model: str = "", extra_buyers: str = "", include_rows: str = "",
-           ablation: bool = False) -> list[tuple[str, list[str]]]:
+           ablation: bool = False, skip: frozenset[str] = frozenset()) -> list[tuple[str, list[str]]]:
     """The stage commands. The option_a / option_b ablation (``ablation``, and always in smoke) trains a second
     SFT buyer in option_b with the same data and budget (one SFT per format: a shared SFT on both
-    formats learned markedly slower at this size) and evaluates it beside the option_a one."""
+    formats learned markedly slower at this size) and evaluates it beside the option_a one. Stages in
+    ``skip`` (from SKIPPABLE) are left out, and so is a skipped stage's model from the evaluations."""
     from env.bargain.players import SELLERS  # noqa: PLC0415
 
     s = ["--smoke"] if smoke else []
@@ -77,7 +81,8 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
     option_b = smoke or ablation
     trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
     tiny, sft = work / "tiny-base", work / "sft" / "final"
-    models = {"base": tiny, "sft": sft, "grpo": work / "grpo" / "final", "sdpo": work / "sdpo" / "final"}
+    models = {"base": tiny, "sft": sft, "grpo": work / "grpo" / "final",
+              **({} if "sdpo" in skip else {"sdpo": work / "sdpo" / "final"})}
     if option_b:
         models["sft_option_b"] = work / "sft-option_b" / "final"
     ev = ["--limit", "3", "--seeds", "1", "--max_new_tokens", "24"] if smoke else size["eval"]
@@ -110,7 +115,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                       "--out", str(art / "eval_results.json"),
                       "--transcripts", str(art / "transcripts" / "eval_results.jsonl"), "--no_progress"]),
         ("before_after", ["training/before_after.py", "--scenarios", eval_scenarios,
-                          "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo")),
+                          "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo") if k in models),
                           *(["--mutual", "2"] if smoke else []), "--out", str(art / "before_after.json")]),
         ("generalisation", ["training/generalisation.py", "--train_source", TRAIN_SCENARIOS,
                             "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("sft", "grpo")),
@@ -118,7 +123,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                                                                     else []),
                             *gen, "--out", str(art / "eval_generalisation.json")]),
     ]
-    return plan
+    return [(name, cmd) for name, cmd in plan if name not in skip]
 
 
 def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
@@ -189,13 +194,19 @@ def main(argv: list[str] | None = None) -> dict:
                     "eval_results.json (same episodes, checked; e.g. artifacts/eval_smollm2.json)")
     ap.add_argument("--ablation", action="store_true", help="also train and evaluate an option_b SFT buyer (the "
                     "<think> format) beside the option_a one, same data and budget (~25 min more here)")
+    ap.add_argument("--skip", default="", help=f"comma list of stages to leave out ({', '.join(SKIPPABLE)}); a "
+                    "skipped training stage's model is left out of the evaluations too (e.g. --skip sdpo to save "
+                    "~20 minutes of the full preset)")
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)
     work = Path(a.workdir).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
+    skip = frozenset(x for x in a.skip.split(",") if x)
+    if skip - set(SKIPPABLE):
+        ap.error(f"--skip takes stages from {', '.join(SKIPPABLE)}")
     plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
-                  a.ablation)
+                  a.ablation, skip)
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
@@ -204,9 +215,11 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     done, ran, code = [], False, code_version()
     for name, cmd in plan:
-        if only and name not in only:
-            continue
         command = "python " + " ".join(cmd)
+        if only and name not in only:  # not run now: the record of the run it relies on, when there is one
+            if finished.get(name, {}).get("command") == command:
+                done.append({**finished[name], "skipped_now": True})
+            continue
         earlier = finished.get(name, {})
         if not ran and earlier.get("command") == command and earlier.get("code") == code:
             # after a stage reruns, all later ones do
@@ -233,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
                                         "extra_buyers": a.extra_buyers, "include_rows": a.include_rows,
-                                        "ablation": a.ablation},
+                                        "ablation": a.ablation, "skip": sorted(skip)},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
     write_json(art / "pipeline.json", result)
