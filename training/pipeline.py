@@ -38,8 +38,8 @@ PRESETS = {
     "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
                 "eval": ["--seeds", "2"], "gen": ["--seeds", "1"]},
     # GRPO runs 160 steps of 64 episodes (10,240); SDPO 40 (2,560), compared with GRPO's curve at
-    # equal episodes (both curves log episodes per step). Measured here: SFT ~30 min, GRPO ~66 min,
-    # SDPO ~20 min, evaluation ~10 min, generalisation ~12 min (artifacts/pipeline.json).
+    # equal episodes (both curves log episodes per step). Measured here: SFT ~27 min, GRPO ~69 min,
+    # SDPO ~22 min, evaluation ~11 min, generalisation ~15 min (artifacts/pipeline.json).
     # The option_b ablation (--ablation) adds another SFT (~25 min)
     # The generalisation studies play one seed per product (two took 40 minutes here with SDPO among
     # the buyers) and study the headline GRPO buyer and its SFT start; SDPO's comparison with GRPO is
@@ -115,7 +115,8 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                       "--out", str(art / "eval_results.json"),
                       "--transcripts", str(art / "transcripts" / "eval_results.jsonl"), "--no_progress"]),
         ("before_after", ["training/before_after.py", "--scenarios", eval_scenarios,
-                          "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo") if k in models),
+                          "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo")
+                                               if k in models),
                           *(["--mutual", "2"] if smoke else []), "--out", str(art / "before_after.json")]),
         ("generalisation", ["training/generalisation.py", "--train_source", TRAIN_SCENARIOS,
                             "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("sft", "grpo")),
