@@ -42,9 +42,9 @@ CODE_PATHS = ("env", "training", "pyproject.toml", "requirements.txt")  # what a
 
 def code_version() -> str:
     """A fingerprint of the code a stage runs (``env/``, ``training/``, the dependency pins): git's tree
-    hashes at HEAD, plus a hash of any uncommitted change to them, so the same code gives the same
-    string whether or not it is committed, and docs or artifacts never change it. ``unknown`` outside
-    git."""
+    hashes at HEAD, plus a hash of any uncommitted change to them. Any change to that code changes it
+    (committing a change moves it too, from the diff's hash to the new trees'); docs and artifacts
+    never do. ``unknown`` outside git."""
     try:
         trees = subprocess.run(["git", "rev-parse", *(f"HEAD:{p}" for p in CODE_PATHS)], cwd=REPO_ROOT,
                                capture_output=True, text=True, timeout=10, check=True).stdout.split()
