@@ -216,16 +216,15 @@ def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     done, ran, code = [], False, code_version()
     for name, cmd in plan:
-        command = "python " + " ".join(cmd)
+        command, earlier = "python " + " ".join(cmd), finished.get(name, {})
         if only and name not in only:  # not run now: the record of the run it relies on, when there is one
-            if finished.get(name, {}).get("command") == command:
-                done.append({**finished[name], "skipped_now": True})
+            if earlier.get("command") == command:
+                done.append({**earlier, "skipped_now": True})
             continue
-        earlier = finished.get(name, {})
         if not ran and earlier.get("command") == command and earlier.get("code") == code:
             # after a stage reruns, all later ones do
             print(f"[pipeline] {name}: finished by an earlier run, skipped (--restart to redo)", flush=True)
-            done.append({**finished[name], "skipped_now": True})
+            done.append({**earlier, "skipped_now": True})
             continue
         ran, t0, started_at = True, time.perf_counter(), git_commit()
         print(f"[pipeline] {name}: {command}", flush=True)
