@@ -153,7 +153,9 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
             system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
             user = market_user_message(obs, last.get(i))
             assert_market_no_leak((system or "") + user, env)
-            seat.push([user], system)
+            # the market's text holds no intended control token; a lab's echoed words or ids could
+            guard = seat.agent.guard
+            seat.push([guard(user)], None if system is None else guard(system))
             if seat.teacher is not None:  # in option_b an empty think block first, as Qwen3 writes when not thinking
                 think = "<think>\n\n</think>\n\n" if seat.agent.reasoning_mode == "option_b" else ""
                 replies[i] = seat.write(think + json.dumps(seat.teacher.act(obs)))

@@ -32,6 +32,7 @@ from env.bargain.rules import BUYER, SELLER
 from env.bargain.scenarios import Scenario
 from training.backends import OpenAIChatBackend, SamplingConfig
 from training.prompts import assert_no_leak, new_user_messages, system_prompt
+from training.untrusted import TextGuard, guard_observation
 
 _PLACEHOLDER = "\u2063HAGGLE_MESSAGE\u2063"
 
@@ -45,6 +46,8 @@ class LLMAgent:
         self.backend, self.reasoning_mode, self.name = backend, reasoning_mode, name
         self.sampling: SamplingConfig = backend.sampling
         self.chat_only = isinstance(backend, OpenAIChatBackend)
+        # what players and scenario files wrote reaches the model as text, never as control tokens
+        self.guard = TextGuard.generic() if self.chat_only else TextGuard.for_tokenizer(backend.tokenizer)
         if not self.chat_only:
             tok = self.tokenizer = backend.tokenizer
             self.eos_id = tok.eos_token_id
@@ -103,8 +106,9 @@ class Conversation:
     teacher: Player | None = None  # a scripted player that writes this seat's replies (expert data)
 
     def teach(self, obs: Observation) -> str:
-        """Write the teacher's reply into the stream as if the model had generated it (mask 1)."""
-        return self.write(self.teacher.act(obs))
+        """Write the teacher's reply into the stream as if the model had generated it (mask 1). The
+        teacher reads the model's guarded view: a title it quotes cannot put control tokens there."""
+        return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)))
 
     def write(self, text: str) -> str:
         """``text`` as this seat's reply, as if the model had generated it (mask 1)."""
@@ -117,7 +121,9 @@ class Conversation:
         return text
 
     def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
-        """Take in what happened since this seat last spoke (the opponent's public messages)."""
+        """Take in what happened since this seat last spoke (the opponent's public messages), with
+        every text a player or the scenario file wrote guarded (``training.untrusted``)."""
+        obs = guard_observation(obs, self.agent.guard)
         first = not self.messages
         sys = None
         if first:
