@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8002)
     ap.add_argument("--max-sessions", type=int, default=256)
     args = ap.parse_args(argv)
-    serve(build_app((EchoEnvironment, EchoAction, EchoObservation), args.max_sessions), port=args.port)
+    serve(build_app((EchoEnvironment, EchoAction, EchoObservation), args.max_sessions, per_client=args.max_sessions),
+          port=args.port)  # the benchmark's sessions all come from one machine
 
 
 if __name__ == "__main__":

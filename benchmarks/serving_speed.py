@@ -121,7 +121,9 @@ def serve_replay(port: int, sessions: int, episodes: int) -> None:
     env = BargainEnvironment()
     ReplayEnvironment.TAPES = {seed: [o.model_dump() for o in play_bargain(env, seed)]
                                for seed in seeds(sessions, episodes)}
-    serve_app(build_app((ReplayEnvironment, BargainAction, BargainObservation), sessions + 8), port=port)
+    # every benchmark session comes from this one machine: the per-client share is the whole cap
+    serve_app(build_app((ReplayEnvironment, BargainAction, BargainObservation), sessions + 8,
+                        per_client=sessions + 8), port=port)
 
 
 def market_driver(task: str, seed: int):
@@ -152,8 +154,9 @@ def start_server(name: str, port: int, args) -> subprocess.Popen:
         cmd = [sys.executable, str(Path(__file__).resolve().parent / "echo.py"), "--port", str(port),
                "--max-sessions", str(args.sessions + 8)]
     else:
-        cmd = [sys.executable, "-m", "serving", "--env", name, "--port", str(port), "--max-sessions",
-               str(max(args.sessions, args.market_sessions) + 8)]
+        cap = str(max(args.sessions, args.market_sessions) + 8)
+        cmd = [sys.executable, "-m", "serving", "--env", name, "--port", str(port), "--max-sessions", cap,
+               "--per-client-sessions", cap]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline:

@@ -26,7 +26,6 @@ is lab 0's own view with the dense reward earned since its previous action.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Optional
 
 from fastapi import FastAPI, HTTPException, Request, WebSocketDisconnect
@@ -36,6 +35,7 @@ from pydantic import ValidationError
 
 from serving.bargain import BargainAction, BargainEnvironment, BargainObservation
 from serving.base import BadReset, EpisodeNotStarted
+from serving.guard import BadJSON, ClientSessions, Guard, client_of, strict_loads
 from serving.market import MarketAction, MarketEnvironment, MarketObservation
 from serving.openenv_adapter import SessionCapacityError, SessionServer
 
@@ -49,21 +49,28 @@ ENVIRONMENTS = {"bargain": (BargainEnvironment, BargainAction, BargainObservatio
 
 # ---------------------------------------------------------------------- app
 def build_app(name: str | tuple = "bargain", max_sessions: int = DEFAULT_MAX_SESSIONS,
-              idle_timeout_s: Optional[float] = DEFAULT_IDLE_TIMEOUT_S, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+              idle_timeout_s: Optional[float] = DEFAULT_IDLE_TIMEOUT_S, max_body_bytes: int = MAX_BODY_BYTES,
+              per_client: int | None = None) -> FastAPI:
     """The FastAPI app serving environment ``name`` (``bargain`` or ``market``), or any
-    ``(environment factory, action class, observation class)`` served the same way."""
+    ``(environment factory, action class, observation class)`` served the same way. One client may
+    hold ``per_client`` sessions (default: an eighth of ``max_sessions``, at least one)."""
+    per_client = default_per_client(max_sessions) if per_client is None else per_client
     if isinstance(name, tuple):
         (factory, action_cls, obs_cls), name = name, name[0].__name__
     elif name in ENVIRONMENTS:
         factory, action_cls, obs_cls = ENVIRONMENTS[name]
     else:
         raise ValueError(f"unknown environment {name!r}; choose from {', '.join(ENVIRONMENTS)}")
+    if not 1 <= per_client <= max_sessions:
+        raise ValueError(f"per_client must be from 1 to max_sessions ({max_sessions}), got {per_client}")
     app = FastAPI(title=f"Haggle OpenEnv server: {name}", docs_url="/docs")
     server = SessionServer(factory, action_cls, obs_cls, max_sessions, idle_timeout_s)
+    clients = ClientSessions(per_client, lambda session_id: server.get(session_id) is not None)
     server.register_routes(app)
     app.add_middleware(QuietDisconnects)
-    _add_limits(app, max_body_bytes)
-    _add_http_sessions(app, server, action_cls)
+    app.add_middleware(Guard, max_body_bytes=max_body_bytes, sessions=clients)
+    _add_limits(app)
+    _add_http_sessions(app, server, action_cls, clients)
     return app
 
 
@@ -84,20 +91,7 @@ class QuietDisconnects:
             pass
 
 
-def _add_limits(app: FastAPI, max_body_bytes: int) -> None:
-    @app.middleware("http")
-    async def body_limit(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            return JSONResponse({"detail": f"request body of {int(length):,} bytes is over the limit of "
-                                           f"{max_body_bytes:,}"}, status_code=413)
-        if length is None and request.method in ("POST", "PUT", "PATCH"):
-            body = await request.body()  # chunked upload: measure what came
-            if len(body) > max_body_bytes:
-                return JSONResponse({"detail": f"request body over the limit of {max_body_bytes:,} bytes"},
-                                    status_code=413)
-        return await call_next(request)
-
+def _add_limits(app: FastAPI) -> None:
     @app.exception_handler(EpisodeNotStarted)
     async def not_started(_request: Request, exc: EpisodeNotStarted):
         return JSONResponse({"detail": str(exc)}, status_code=409)
@@ -107,7 +101,11 @@ def _add_limits(app: FastAPI, max_body_bytes: int) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=400)
 
 
-def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls) -> None:
+def default_per_client(max_sessions: int) -> int:
+    return max(1, max_sessions // 8)
+
+
+def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls, clients: ClientSessions) -> None:
     """Stateful HTTP: the WebSocket sessions' machinery (cap, idle reaper) behind plain requests."""
 
     def session(session_id: str):
@@ -118,12 +116,16 @@ def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls) -> None:
         return env
 
     @app.post("/sessions", status_code=201, tags=["Sessions"], summary="Open a session (its own environment)")
-    async def open_session():
+    async def open_session(request: Request):
+        client = client_of(request.scope)
+        if clients.full(client) and not server.full():  # a full server answers 503 below, for everyone
+            raise HTTPException(429, clients.message(client))
         try:
             session_id = await server.create()
         except SessionCapacityError as exc:
             raise HTTPException(503, f"at capacity: {exc.active_sessions} of {exc.max_sessions} sessions in use; "
                                      "close one or retry later") from None
+        clients.add_http(client, session_id)
         return {"session_id": session_id}
 
     @app.post("/sessions/{session_id}/reset", tags=["Sessions"], summary="Reset the session's environment")
@@ -160,9 +162,9 @@ def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls) -> None:
 async def _json(request: Request) -> dict:
     raw = await request.body()
     try:
-        body = json.loads(raw or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(400, f"malformed JSON: {exc}") from None
+        body = strict_loads(raw or b"{}")
+    except BadJSON as exc:
+        raise HTTPException(400, str(exc)) from None
     if not isinstance(body, dict):
         raise HTTPException(422, "the body must be a JSON object")
     return body
@@ -176,19 +178,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, help="concurrent sessions cap")
     ap.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S, help="seconds before an idle "
                                                                                          "session is closed")
+    ap.add_argument("--per-client-sessions", type=int, default=None, help="sessions one client (remote address) "
+                    "may hold, WebSocket and HTTP together (default: an eighth of --max-sessions)")
+    ap.add_argument("--forwarded-allow-ips", default=None, help="proxies trusted to name the client in "
+                    "X-Forwarded-For (uvicorn's option; default 127.0.0.1): behind a proxy the per-client limit "
+                    "needs it, or every visitor counts as the proxy")
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
     args = ap.parse_args(argv)
     if args.max_sessions < 1 or args.idle_timeout <= 0 or args.max_body_bytes < 1024:
         ap.error("--max-sessions must be >= 1, --idle-timeout > 0, --max-body-bytes >= 1024")
-    serve(build_app(args.env, args.max_sessions, args.idle_timeout, args.max_body_bytes), args.host, args.port,
-          args.max_body_bytes)
+    per_client = default_per_client(args.max_sessions) if args.per_client_sessions is None else args.per_client_sessions
+    if not 1 <= per_client <= args.max_sessions:
+        ap.error(f"--per-client-sessions must be from 1 to --max-sessions ({args.max_sessions})")
+    serve(build_app(args.env, args.max_sessions, args.idle_timeout, args.max_body_bytes, per_client), args.host,
+          args.port, args.max_body_bytes, args.forwarded_allow_ips)
 
 
-def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int = MAX_BODY_BYTES,
+          forwarded_allow_ips: str | None = None) -> None:
     """Run ``app`` with uvicorn the way ``python -m serving`` does (blocks)."""
     import uvicorn  # noqa: PLC0415
 
     # No per-message deflate: observations are a few hundred bytes, compressing them costs more than it saves.
     uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=max_body_bytes,
-                ws_per_message_deflate=False)
+                ws_per_message_deflate=False, forwarded_allow_ips=forwarded_allow_ips)
 

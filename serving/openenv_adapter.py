@@ -36,6 +36,10 @@ class SessionServer:
         """The session's environment, or None for an unknown (or reaped) session."""
         return self.http._sessions.get(session_id)
 
+    def full(self) -> bool:
+        """Whether every session is taken (the next ``create`` would raise)."""
+        return len(self.http._sessions) >= self.http._max_concurrent_envs
+
     async def create(self) -> str:
         """A new session's id; raises ``SessionCapacityError`` at the cap."""
         session_id, _ = await self.http._create_session()

@@ -45,7 +45,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def url():
-    served = Served(build_app("bargain", max_sessions=300, idle_timeout_s=300))
+    served = Served(build_app("bargain", max_sessions=300, idle_timeout_s=300, per_client=300))  # load tests: one client
     yield served.url
     served.stop()
 
@@ -53,7 +53,7 @@ def url():
 @pytest.fixture(scope="module")
 def small():
     """Two sessions at most, idle ones reaped after one second."""
-    served = Served(build_app("bargain", max_sessions=2, idle_timeout_s=1.0))
+    served = Served(build_app("bargain", max_sessions=2, idle_timeout_s=1.0, per_client=2))
     yield served.url
     served.stop()
 
@@ -152,7 +152,7 @@ def test_http_sessions(url):
 
 
 @pytest.mark.parametrize("method, path, kwargs, code, reason", [
-    ("post", "/step", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 422, "json"),
+    ("post", "/step", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, "malformed json"),
     ("post", "/step", {"json": {"action": {"kind": "FLY"}}}, 422, "FLY"),  # unknown action
     ("post", "/step", {"json": {"action": {"kind": "BUY", "price": "cheap"}}}, 422, "price"),  # wrong type
     ("post", "/step", {"json": {"action": {"kind": "BUY"}}}, 422, "needs price"),
@@ -283,7 +283,7 @@ def test_grpo_runs_through_environment_factory_against_the_server(url, tiny_dir,
 # ---------------------------------------------------------------------- the GPU market
 @pytest.fixture(scope="module")
 def market_url():
-    served = Served(build_app("market", max_sessions=100, idle_timeout_s=300))
+    served = Served(build_app("market", max_sessions=100, idle_timeout_s=300, per_client=100))
     yield served.url
     served.stop()
 
@@ -430,3 +430,113 @@ def test_the_replay_environment_replays_the_in_process_episode(monkeypatch):
         replayed.append(obs)
         k += 1
     assert [o.model_dump() for o in replayed] == [o.model_dump() for o in seen] and seen[-1].done
+
+
+# ---------------------------------------------------------------------- hostile bodies (round three, items 2-3)
+HUGE = "1" + "0" * 5000  # more digits than Python will read
+BARGAIN_BODIES = [  # each answered with a 4xx, never a 500; the session plays on
+    '{"action": {"kind": "BUY", "price": NaN}}',
+    '{"action": {"kind": "BUY", "price": Infinity}}',
+    '{"action": {"kind": "BUY", "price": 1e99}}',
+    '{"action": {"kind": "BUY", "price": ' + HUGE + '}}',
+    '{"action": {"reply": "Talk: \\ud800\\nAction: [BUY] $5"}}',  # a lone surrogate (valid JSON)
+    '{"action": {"kind": "BUY", "price": 5, "talk": "\\udfff"}}',
+    '{"action": {"kind": "BUY", "price": 5, "price": 6}}',  # a repeated key
+    '{"action": {"\\ud800": 1}}',
+    "[" * 100_000 + "]" * 100_000,  # (too large for the default body limit, which is also a 4xx)
+    "[" * 5_000 + "]" * 5_000,
+]
+MARKET_BODIES = [
+    '{"action": {"move": {"action": "buy_spot", "hours": ' + HUGE + '}}}',
+    '{"action": {"move": {"action": "buy_spot", "hours": NaN}}}',
+    '{"action": {"move": {"action": "pitch", "to": "lab1", "text": "\\ud800", '
+    '"ask": {"job": "j0.0", "block": "b2", "hours": 20, "price": 40}}}}',
+    '{"action": {"reply": "{\\"action\\": \\"pitch\\", \\"to\\": \\"lab1\\", \\"text\\": \\"\\\\ud800 hi\\", '
+    '\\"ask\\": {\\"job\\": \\"j0.0\\", \\"block\\": \\"b2\\", \\"hours\\": 20, \\"price\\": 40}}"}}',
+    '{"action": {"reply": "\\ud800"}}',
+]
+
+
+def _hostile_http(base: str, bodies: list[str], reset: dict, good: dict) -> None:
+    """Every body on the session route and on openenv's own /step; each a 4xx or a played action
+    (an in-game refusal), the server's answers always JSON, and the session goes on to a good step."""
+    sid = httpx.post(f"{base}/sessions").json()["session_id"]
+    assert httpx.post(f"{base}/sessions/{sid}/reset", json=reset).status_code == 200
+    for body in bodies:
+        for path in (f"/sessions/{sid}/step", "/step"):
+            r = httpx.post(f"{base}{path}", content=body.encode(),
+                           headers={"content-type": "application/json"}, timeout=30)
+            assert r.status_code < 500, (path, body[:80], r.text[:300])
+            json.loads(r.text)  # a well-formed answer
+        ok = httpx.post(f"{base}/sessions/{sid}/step", json=good)
+        if ok.status_code == 409:  # the episode ended (a refusal can end it): a new one plays
+            httpx.post(f"{base}/sessions/{sid}/reset", json=reset)
+            ok = httpx.post(f"{base}/sessions/{sid}/step", json=good)
+        assert ok.status_code == 200, (body[:80], ok.text[:300])
+        httpx.post(f"{base}/sessions/{sid}/reset", json=reset)
+    httpx.delete(f"{base}/sessions/{sid}")
+
+
+def _hostile_ws(base: str, bodies: list[str], reset: dict, good: dict) -> None:
+    async def run():
+        from websockets.asyncio.client import connect
+        async with connect(base.replace("http", "ws") + "/ws", max_size=None) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": reset}))
+            assert json.loads(await ws.recv())["type"] == "observation"
+            for body in bodies:
+                if len(body) > 60_000:
+                    continue  # over the WebSocket frame limit: the connection would close, by design
+                action = body[len('{"action": '):-1]
+                await ws.send('{"type": "step", "data": ' + action + "}")
+                answer = json.loads(await ws.recv())
+                assert answer["type"] in ("error", "observation"), answer
+                await ws.send(json.dumps({"type": "step", "data": good}))
+                answer = json.loads(await ws.recv())
+                if answer["type"] == "error":  # the episode ended: a new one plays
+                    await ws.send(json.dumps({"type": "reset", "data": reset}))
+                    await ws.recv()
+                    await ws.send(json.dumps({"type": "step", "data": good}))
+                    answer = json.loads(await ws.recv())
+                assert answer["type"] == "observation", (body[:80], answer)
+    asyncio.run(run())
+
+
+def test_hostile_bodies_get_a_4xx_never_a_500_and_the_session_plays_on(url):
+    _hostile_http(url, BARGAIN_BODIES, {"seed": 3}, {"action": {"kind": "BUY", "price": 5.0}})
+    _hostile_ws(url, BARGAIN_BODIES, {"seed": 3}, {"kind": "BUY", "price": 5.0})
+
+
+def test_hostile_market_bodies_get_a_4xx_or_a_refusal_never_a_500(market_url):
+    reset = {"seed": 5, "task": "market_round"}
+    _hostile_http(market_url, MARKET_BODIES, reset, {"action": {"move": {"action": "wait"}}})
+    _hostile_ws(market_url, MARKET_BODIES, reset, {"move": {"action": "wait"}})
+
+
+def test_one_client_cannot_take_every_session():
+    """A client at its share is refused (HTTP 429; a WebSocket is told why and closed) while the
+    server has room, and another client still gets a session."""
+    from fastapi.testclient import TestClient
+    app = build_app("bargain", max_sessions=8, idle_timeout_s=300, per_client=3)
+    greedy, other = TestClient(app, client=("10.0.0.1", 1)), TestClient(app, client=("10.0.0.2", 1))
+    held = [greedy.post("/sessions") for _ in range(2)]
+    with greedy.websocket_connect("/ws") as ws:  # the third: a WebSocket counts with the HTTP sessions
+        ws.send_text(json.dumps({"type": "reset", "data": {}}))
+        assert json.loads(ws.receive_text())["type"] == "observation"
+        refused = greedy.post("/sessions")
+        assert refused.status_code == 429 and "per-client limit" in refused.text
+        with greedy.websocket_connect("/ws") as extra:
+            assert json.loads(extra.receive_text())["data"]["code"] == "CAPACITY_REACHED"
+        assert all(r.status_code == 201 for r in held)
+        mine = other.post("/sessions")
+        assert mine.status_code == 201
+        assert other.post(f"/sessions/{mine.json()['session_id']}/reset", json={"seed": 1}).status_code == 200
+    assert greedy.post("/sessions").status_code == 201, "closing the WebSocket gave the client its share back"
+    greedy.delete(f"/sessions/{held[0].json()['session_id']}")
+    assert greedy.post("/sessions").status_code == 201
+
+
+def test_the_per_client_limit_defaults_below_the_cap_and_is_an_option():
+    from serving.app import default_per_client, main
+    assert default_per_client(256) == 32 and default_per_client(4) == 1
+    with pytest.raises(SystemExit):
+        main(["--max-sessions", "4", "--per-client-sessions", "5"])

@@ -96,7 +96,8 @@ class EvalConfig:
     seed_base: int = field(default=EVAL_SEED_BASE, metadata={"help": "first evaluation seed (training uses lower ones)"})
     reasoning_mode: str = field(default="option_a", metadata={"help": "option_a (Thought field) or option_b (<think>)"})
     out: Optional[str] = field(default=None, metadata={"help": "artifact JSON path ('' for none; default: "
-                                                                "artifacts/eval_scripted.json or eval_market.json)"})
+                                                                "artifacts/eval_scripted.json or eval_market.json, and "
+                                                                "runs/eval/<name>.json for your own --scenarios file)"})
     transcripts: Optional[str] = field(default=None, metadata={"help": "JSONL transcripts path ('' for none; default "
                                                                         "beside the artifact's)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
@@ -109,8 +110,9 @@ class EvalConfig:
     def __post_init__(self):
         check_env(self.env)
         game = GAMES[self.env]
-        self.out = game.out if self.out is None else self.out
-        self.transcripts = game.transcripts if self.transcripts is None else self.transcripts
+        out, transcripts = game.outputs(self)
+        self.out = out if self.out is None else self.out
+        self.transcripts = transcripts if self.transcripts is None else self.transcripts
         if self.seed_base < 0:
             raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
         if self.reasoning_mode not in REASONING_MODES:

@@ -24,6 +24,7 @@ import env.bargain.rules as rules
 from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER
 from env.bargain.scenarios import Scenario
+from env.text import valid_text
 
 DEFAULT_MAX_TURNS = 6
 BLOCKED_NOTE = "The seller's move was invalid and counts as [REJECT]."
@@ -168,7 +169,7 @@ class BargainEnv:
         entry = {"role": role, "turn": self.turn, "thought": parsed.thought, "talk": parsed.talk,
                  "action": parsed.action, "error": error}
         if error is not None and parsed.action is None and isinstance(reply, str):
-            entry["raw"] = reply[:500]
+            entry["raw"] = valid_text(reply[:500])
         self.log.append(entry)
         info = {"role": role, "error": error, "error_kind": kind, "action": entry["action"]}
         if role == BUYER:

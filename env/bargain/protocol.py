@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from typing import NamedTuple
+
+from env.text import valid_text
 
 BUY, SELL, DEAL, REJECT, QUIT = "BUY", "SELL", "DEAL", "REJECT", "QUIT"
 ACTION_KINDS = (BUY, SELL, DEAL, REJECT, QUIT)
@@ -67,6 +70,8 @@ _PRICE = re.compile(
 )
 # Characters that group digits in some locale ("1 000", "1_000", "1'000", "1\u00a0000"): a price
 # followed by these and then another digit-like character is ambiguous, never a shorter number.
+# Characters that render blank without being spaces (Unicode calls them letters or symbols).
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5")
 _GROUPING = frozenset(" \t_'\u2019.,\u00a0\u202f\u2009\u2007\u2008\u200a\u2002\u2003\u2004\u2005\u2006\u00b7\u066b\u066c")
 # The canonical layout that scripted players and trained models write, read in one match.
 # Anything else (or anything this does not settle) goes through the general parser.
@@ -133,9 +138,16 @@ def _digits_follow(text: str, end: int) -> bool:
     """Whether a digit-like character (any script, superscripts, circled numbers) follows ``end``
     directly or after grouping characters: the number there would be read short."""
     i, n = end, len(text)
-    while i < n and text[i] in _GROUPING:
+    while i < n and _is_gap(text[i]):
         i += 1
     return i < n and text[i].isnumeric()
+
+
+def _is_gap(char: str) -> bool:
+    """A character that may sit between the digits of one number as written or as rendered: a
+    grouping mark, any Unicode space (Zs), a format character (Cf: zero-width joiners, BOM) or a
+    blank-rendering filler (Hangul, Braille, Khmer)."""
+    return char in _GROUPING or char in _FILLERS or unicodedata.category(char) in ("Zs", "Cf")
 
 
 def _to_price(num: str) -> float | None:
@@ -219,7 +231,10 @@ def split_private(text: str) -> tuple[str, str, str | None]:
 
 
 def parse_reply(reply: object) -> ParsedReply:
-    """Parse any input into a ``ParsedReply``; never raises."""
+    """Parse any input into a ``ParsedReply``; never raises. Lone surrogates (valid JSON, not
+    encodable text) are read as U+FFFD, so what is kept of the reply always serialises."""
+    if type(reply) is str:
+        reply = valid_text(reply)
     if type(reply) is str and len(reply) <= MAX_REPLY_CHARS:
         m = _CANONICAL.fullmatch(reply)
         if m is not None:
@@ -238,6 +253,7 @@ def parse_reply_general(reply: object) -> ParsedReply:
         reply = bytes(reply).decode("utf-8", errors="replace")
     if not isinstance(reply, str):
         return ParsedReply("", "", None, E_NOT_TEXT, f"expected text, got {type(reply).__name__}")
+    reply = valid_text(reply)
     if len(reply) > MAX_REPLY_CHARS:
         return ParsedReply("", "", None, E_TOO_LONG, f"{len(reply)} characters > {MAX_REPLY_CHARS}")
     if "\x00" in reply:

@@ -104,19 +104,24 @@ def load_json_products(path: str | os.PathLike, source: str | None = None,
     path = Path(path)
     if not path.exists():
         raise ScenarioDataError(f"{path}: no such file or folder")
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    files = sorted(f for f in path.glob("*.json") if f.is_file()) if path.is_dir() else [path]
     if not files:
         raise ScenarioDataError(f"{path}: folder holds no .json files")
     source = source or path.stem
     scenarios: list[Scenario] = []
     for file in files:
-        text = file.read_text(encoding="utf-8", errors="replace")
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:  # unreadable: permissions, a special file
+            raise ScenarioDataError(f"{file}: cannot be read ({exc.strerror or exc})") from None
         if not text.strip():
             raise ScenarioDataError(f"{file}: file is empty")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ScenarioDataError(f"{file}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ScenarioDataError(f"{file}: nested too deeply to be a list of products") from None
         if not isinstance(data, list):
             raise ScenarioDataError(f"{file}: expected a JSON list of products, got {type(data).__name__}")
         if not data:

@@ -12,6 +12,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from env.text import valid_text
+
 MAX_TEXT = 600  # characters of free text in a pitch
 MAX_ACTION_CHARS = 4000  # a longer reply is refused before parsing
 MAX_NUMBER = 1e9  # hours and dollars above this are refused (no market here comes near it)
@@ -172,12 +174,21 @@ def validate(obj) -> dict | Invalid:
         return Invalid("missing_field", f"{name} needs {', '.join(missing)}")
     extra = [k for k in obj if k != "action" and k not in fields and k not in optional]
     if extra:
-        return Invalid("unknown_field", f"{name} takes no {', '.join(map(str, extra))}"[:200])
+        return Invalid("unknown_field", valid_text(f"{name} takes no {', '.join(map(str, extra))}"[:200]))
     out = {}
     for k, v in obj.items():
         v = {**v, **{f: _cents(v[f]) for f in ("hours", "price") if f in v}} if k == "ask" and isinstance(v, dict) \
             else _cents(v) if k in ("hours", "price") else v
         if k != "action" and not _check(v, fields.get(k) or optional[k]):
-            return Invalid("bad_value", f"{name}: bad value for {k!r}")
-        out[k] = v
+            return Invalid("bad_value", f"{name}: bad value for {valid_text(repr(k))}")
+        out[k] = _text(v)
     return out
+
+
+def _text(value):
+    """Strings of a checked action (at any depth) as valid text: a lone surrogate reads as U+FFFD."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {k: _text(v) for k, v in value.items()}
+    return [_text(v) for v in value] if isinstance(value, list) else value

@@ -26,6 +26,7 @@ from env.market.judge import Judge, PitchFacts, RubricJudge
 from env.market.rules import EPS
 from env.market.view import CoalitionView, MarketView
 from env.market.world import ACTIONS_PER_TURN, PROVIDER, Block, World, make_world
+from env.text import json_safe, valid_text
 
 
 
@@ -132,12 +133,12 @@ class MarketEnv:
         if isinstance(result, Invalid):
             self.terms[lab]["invalid"] -= rules.INVALID_PENALTY
             self.counts[lab]["invalid"] += 1
-            ok, code, detail = False, result.code, result.detail
+            ok, code, detail = False, result.code, valid_text(result.detail)
         else:
             ok, code, detail = True, "ok", result or ""
         # a well-formed action is recorded as read (dict or text alike), an unreadable one as sent
         self.transcript.append({"round": self.round, "lab": lab,
-                                "action": action if isinstance(parsed, Invalid) else parsed,
+                                "action": json_safe(action) if isinstance(parsed, Invalid) else parsed,
                                 "code": code, "detail": detail})
         name = parsed["action"] if ok else ""
         self._left -= 1

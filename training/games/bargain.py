@@ -15,7 +15,8 @@ from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_ce
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import check_budget_factor, get_split, is_union, resolve_source, union_parts
+from env.bargain.scenarios import (GENERATED, PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, SOURCES, ScenarioDataError,
+                                   check_budget_factor, get_split, is_union, resolve_source, union_parts)
 from training.backends import SamplingConfig
 from training.games.base import build_agent, label, name_path
 from training.provenance import provenance, write_json, write_jsonl
@@ -39,6 +40,17 @@ class BargainGame:
     publishable = True  # --push_to_hub publishes this game's buyer
     out = "artifacts/eval_scripted.json"
     transcripts = "artifacts/transcripts/eval_scripted.jsonl"
+
+    @classmethod
+    def outputs(cls, config) -> tuple[str, str]:
+        """Where an evaluation writes by default: the shipped artifact (which the Space reads) for
+        the shipped sources, ``runs/eval/<name>.json`` for a user's own products, so evaluating
+        them never overwrites what the Space shows."""
+        parts = config.scenarios.split("+") if is_union(config.scenarios) else [config.scenarios]
+        if all(p in ("auto", *SOURCES, *GENERATED) for p in parts):
+            return cls.out, cls.transcripts
+        name = "+".join(Path(p).stem or "products" for p in parts)
+        return f"runs/eval/{name}.json", f"runs/eval/{name}.jsonl"
 
     def __init__(self, script):
         self.script = script
@@ -164,6 +176,11 @@ class BargainGame:
         seller_agent = build_agent(config.seller_model, config, sampling) if config.seller_model else None
         dataset = resolve_source(config.scenarios)
         scenarios = get_split(dataset, config.split, config.budget_factor)
+        if not scenarios:
+            total = len(get_split(dataset, "all", config.budget_factor))
+            raise ScenarioDataError(f"{config.scenarios}: its {config.split} split holds no products ({total} in all; "
+                                    f"the test split holds out {PAPER_TEST_PRODUCTS} of every {PAPER_PRODUCTS}, none "
+                                    "of a single product): use --split all")
         if config.limit:
             scenarios = scenarios[: config.limit]
         rows, transcripts = [], []
@@ -243,7 +260,7 @@ class BargainGame:
     def table(artifact: dict) -> str:
         rows = artifact["rows"]
         text = format_table(rows)
-        mix = [r for r in rows if r["seller"] == "mix" and not r.get("upper_bound")]
+        mix = [r for r in rows if r["seller"] == "mix" and not r.get("upper_bound") and r["reward_mean"] is not None]
         if mix:
             best = max(mix, key=lambda r: r["reward_mean"])
             text += f"\n\nbest buyer against the seller mix: {best['buyer']} ({best['reward_mean']:+.3f})"

@@ -37,6 +37,10 @@ class MarketGame:
     out = "artifacts/eval_market.json"
     transcripts = "artifacts/transcripts/eval_market.jsonl"
 
+    @classmethod
+    def outputs(cls, config) -> tuple[str, str]:
+        return cls.out, cls.transcripts
+
     def __init__(self, script):
         self.script = script
         self.train = []  # no products: a market episode is a task and a seed
