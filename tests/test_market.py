@@ -308,7 +308,12 @@ def test_judge_text_readers_never_raise(text):
 
 def test_an_llm_judge_plugs_in_and_falls_back_to_the_rubric():
     prompts = []
-    good = LLMJudge(lambda p: prompts.append(p) or '{"score": 0.8, "reason": "the ask matches the need"}')
+    def answer(prompt):  # a judge model that follows the prompt: the verdict carries the call's nonce
+        prompts.append(prompt)
+        nonce = prompt.split('{"nonce": "', 1)[1].split('"', 1)[0]
+        return json.dumps({"nonce": nonce, "score": 0.8, "reason": "the ask matches the need"})
+
+    good = LLMJudge(answer)
     assert good.judge("hi", ASK, FACTS).score == 0.8 and "40" in prompts[0]
     bad = LLMJudge(lambda p: "I cannot decide")
     v = bad.judge("hi", ASK, FACTS)
