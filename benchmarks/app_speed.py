@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from training.provenance import provenance, write_json
+from training.common.provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_FIRST_PAGE_S = 10.0

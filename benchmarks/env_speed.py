@@ -31,7 +31,7 @@ from env.bargain.env import BargainEnv
 from env.bargain.play import play_episode
 from env.bargain.players import SELLERS, make_player
 from env.bargain.scenarios import get_split
-from training.provenance import provenance, write_json
+from training.common.provenance import provenance, write_json
 
 TARGET_SPEEDUP = 2.0
 TARGET_MARKET_STEPS_PER_S = 20_000

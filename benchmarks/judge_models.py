@@ -51,7 +51,7 @@ def collect_pitches(episodes: int, limit: int) -> list[tuple]:
 def rate(model_name: str, pitches: list[tuple], max_new_tokens: int, batch: int) -> dict:
     import torch  # noqa: PLC0415
 
-    from training.models import load_model  # noqa: PLC0415
+    from training.engine.models import load_model  # noqa: PLC0415
 
     model, tok = load_model(model_name, device="cpu", dtype="float32")
     judge = LLMJudge(lambda prompt: "", seed=0)
@@ -76,7 +76,7 @@ def rate(model_name: str, pitches: list[tuple], max_new_tokens: int, batch: int)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from training.provenance import provenance, write_json  # noqa: PLC0415
+    from training.common.provenance import provenance, write_json  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="smollm2-135m,artifacts/checkpoints/grpo-tiny")

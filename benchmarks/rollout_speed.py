@@ -28,10 +28,11 @@ import time
 
 from env.bargain.evaluation import episode_seed
 from env.bargain.scenarios import get_split
-from training.backends import SamplingConfig, TransformersBackend
-from training.models import load_model
-from training.provenance import provenance, write_json
-from training.rollout import LLMAgent, play_episodes
+from training.engine.backends import SamplingConfig, TransformersBackend
+from training.engine.models import load_model
+from training.common.provenance import provenance, write_json
+from training.engine.rollout import LLMAgent
+from training.games.bargain.rollout import play_episodes
 
 
 def _run(agent, backend, episodes, role, opponent):

@@ -47,7 +47,7 @@ def launch(script: str, args: list[str], processes: int, threads: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
+    from training.common.provenance import command_line, provenance, write_json  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="", help="model folder (default: build the tiny model)")
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = a.model
         if not model:
             model = str(Path(tmp) / "tiny")
-            subprocess.run([sys.executable, "training/models.py", "--out", model], cwd=ROOT, check=True,
+            subprocess.run([sys.executable, "training/build_tiny.py", "--out", model], cwd=ROOT, check=True,
                            capture_output=True)
         for n in (1, a.processes):
             grpo = ["--model_name_or_path", model, "--max_steps", str(a.steps), "--per_device_train_batch_size",

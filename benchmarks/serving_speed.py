@@ -56,7 +56,7 @@ from serving.bargain import BargainAction, BargainEnvironment, BargainObservatio
 from serving.base import InlineSteps
 from serving.client import BargainClient, MarketClient
 from serving.market import MarketAction, MarketEnvironment
-from training.provenance import provenance, write_json
+from training.common.provenance import provenance, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_RATIO = 0.9

@@ -45,9 +45,9 @@ def peak_gflops(dtype: str, n: int = 2048, repeats: int = 10) -> float:
 def expert_games(model, tok, games: int, max_length: int):
     """The bilateral expert games (the SFT adapter's, seller mix, option_a) tokenized for ``tok``."""
     from env.bargain.players import SELLERS  # noqa: PLC0415
-    from training.backends import TransformersBackend  # noqa: PLC0415
+    from training.engine.backends import TransformersBackend  # noqa: PLC0415
     from training.games.bargain import BargainGame  # noqa: PLC0415
-    from training.rollout import LLMAgent  # noqa: PLC0415
+    from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
     game = BargainGame(SimpleNamespace(scenarios="builtin", budget_factor=0.8, seller_names=list(SELLERS),
                                        max_turns=6))
@@ -60,7 +60,7 @@ def sft_speed(name: str, precision: str, batch: int, max_length: int, steps: int
     from transformers import TrainerCallback  # noqa: PLC0415
     from trl import SFTConfig, SFTTrainer  # noqa: PLC0415
 
-    from training.models import is_pretrained, load_model, lora_config  # noqa: PLC0415
+    from training.engine.models import is_pretrained, load_model, lora_config  # noqa: PLC0415
 
     model, tok = load_model(name, device="cpu", dtype="float32")
     data = expert_games(model, tok, batch * (steps + 1), max_length)
@@ -91,9 +91,10 @@ def sft_speed(name: str, precision: str, batch: int, max_length: int, steps: int
 def rollout_speed(name: str, precision: str, episodes: int, max_new_tokens: int) -> dict:
     from env.bargain.evaluation import episode_seed  # noqa: PLC0415
     from env.bargain.scenarios import get_split  # noqa: PLC0415
-    from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
-    from training.models import load_model  # noqa: PLC0415
-    from training.rollout import LLMAgent, play_episodes  # noqa: PLC0415
+    from training.engine.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
+    from training.engine.models import load_model  # noqa: PLC0415
+    from training.engine.rollout import LLMAgent  # noqa: PLC0415
+    from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
     model, tok = load_model(name, device="cpu", dtype=precision)
     agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=0.7, max_new_tokens=max_new_tokens,
@@ -109,7 +110,7 @@ def rollout_speed(name: str, precision: str, episodes: int, max_new_tokens: int)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from training.provenance import command_line, provenance, write_json  # noqa: PLC0415
+    from training.common.provenance import command_line, provenance, write_json  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="tiny,smollm2-135m")

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from space import figures as F
-from training.provenance import trained_roles
+from training.common.provenance import trained_roles
 
 TRAINING_STAGES = ("sft", "grpo", "sdpo")
 

@@ -34,7 +34,7 @@ def model_label() -> str:
 def model_roles() -> list[str]:
     """The bilateral roles the model was trained for (its lineage; a model without one is taken
     for a buyer, the role every Haggle script trains by default)."""
-    from training.provenance import read_lineage, trained_roles  # noqa: PLC0415
+    from training.common.provenance import read_lineage, trained_roles  # noqa: PLC0415
 
     path = model_path()
     roles = [r for r in trained_roles(read_lineage(path) if Path(path).is_dir() else None) if r in ("buyer", "seller")]
@@ -43,8 +43,8 @@ def model_roles() -> list[str]:
 
 def _backend():
     if "backend" not in _loaded:
-        from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
-        from training.models import load_model  # noqa: PLC0415
+        from training.engine.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
+        from training.engine.models import load_model  # noqa: PLC0415
 
         model, tokenizer = load_model(model_path())
         # Greedy, as the headline evaluation rows (artifacts/eval_results.json, "sampling"): the Space
@@ -62,7 +62,8 @@ class ModelSeat:
     """A ``Player`` for one seat of one game, backed by the shared model."""
 
     def __init__(self, role: str, reasoning_mode: str):
-        from training.rollout import LLMAgent, LLMPlayer  # noqa: PLC0415
+        from training.engine.rollout import LLMAgent  # noqa: PLC0415
+        from training.games.bargain.rollout import LLMPlayer  # noqa: PLC0415
 
         with _lock:
             agent = LLMAgent(_backend(), reasoning_mode, name=model_label())

@@ -11,10 +11,10 @@ from space.model import SHIPPED
 def sft_sample(mode: str = "option_a", model: str | None = None) -> list[tuple[str, str | None]]:
     """Game 0 of ``training/sft.py`` (train product 0, seed 0, the first seller) as
     ``(text, label)`` spans: label ``trained`` where ``completion_mask`` is 1, else None."""
-    from training.backends import TransformersBackend  # noqa: PLC0415
-    from training.models import load_model  # noqa: PLC0415
+    from training.engine.backends import TransformersBackend  # noqa: PLC0415
+    from training.engine.models import load_model  # noqa: PLC0415
     from training.games.bargain import BargainGame  # noqa: PLC0415
-    from training.rollout import LLMAgent  # noqa: PLC0415
+    from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
     net, tok = load_model(model or str(SHIPPED), device="cpu", dtype="float32")
     game = BargainGame(SimpleNamespace(scenarios="builtin", budget_factor=0.8, seller_names=[next(iter(SELLERS))],

@@ -40,7 +40,7 @@ def run_replies(scenario: Scenario, replies: list[str], max_turns: int = 6):
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """The tiny offline model, built once per test session (tokenizer trained, model untrained)."""
-    from training.models import build_tiny
+    from training.engine.models import build_tiny
     path = tmp_path_factory.mktemp("tiny")
     build_tiny(path)
     return path
@@ -48,7 +48,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny(tiny_dir):
-    from training.models import load_model
+    from training.engine.models import load_model
     return load_model(str(tiny_dir), device="cpu")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fake_hub import FakeHub
 from training import hub
-from training.provenance import command_line
+from training.common.provenance import command_line
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "hf_fakeSecretToken1234567890abcdef"  # must never show up in any output or file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from training.models import MARKERS, build_tokenizer, qwen3_chat_template
+from training.engine.models import MARKERS, build_tokenizer, qwen3_chat_template
 
 
 def test_tokenizer_splits_digits_and_keeps_markers_whole(tiny):

@@ -12,9 +12,11 @@ from env.bargain.play import play_episode
 from env.bargain.players import make_player
 from env.bargain.protocol import parse_reply
 from env.bargain.scenarios import get_split, make_scenario
-from training.backends import Completion, SamplingConfig, TransformersBackend
-from training.prompts import LeakError
-from training.rollout import Conversation, LLMAgent, LLMPlayer, Teacher, play_episodes
+from training.engine.backends import Completion, SamplingConfig, TransformersBackend
+from training.games.bargain.prompts import LeakError
+from training.engine.rollout import LLMAgent, Teacher
+from training.games.bargain.rollout import BargainSeat
+from training.games.bargain.rollout import LLMPlayer, play_episodes
 
 SCENARIOS = get_split("builtin", "test")
 
@@ -187,37 +189,37 @@ def test_leak_guard_fires(tiny):
     env = BargainEnv()
     obs = env.reset(leaky, 0)
     with pytest.raises(LeakError, match="cost"):
-        Conversation(agent, "buyer", leaky).observe(obs)
+        BargainSeat(agent, "buyer", leaky).observe(obs)
     clean = make_scenario(description="A lamp.", cost=55.0, **base)
     obs = env.reset(clean, 0)
-    Conversation(agent, "buyer", clean).observe(obs)  # no leak, no error
+    BargainSeat(agent, "buyer", clean).observe(obs)  # no leak, no error
     # a cost whose digits sit inside the buyer's own budget ($5.99 in $55.99) is no leak
     inside = make_scenario(description="A lamp.", cost=5.99, **{**base, "list_price": 55.99})
     inside = replace(inside, budget=55.99)
-    Conversation(agent, "buyer", inside).observe(env.reset(inside, 0))
+    BargainSeat(agent, "buyer", inside).observe(env.reset(inside, 0))
     with pytest.raises(LeakError, match="cost"):  # the same cost written out is one
         shown = replace(inside, description="Cost to us: $5.99.")
-        Conversation(agent, "buyer", shown).observe(env.reset(shown, 0))
+        BargainSeat(agent, "buyer", shown).observe(env.reset(shown, 0))
     # a budget equal to the cost: the buyer's own budget in its prompt is no leak, nor is the list price
     for same in (replace(inside, budget=5.99), replace(inside, list_price=5.99)):
-        Conversation(agent, "buyer", same).observe(env.reset(same, 0))
+        BargainSeat(agent, "buyer", same).observe(env.reset(same, 0))
     env.step("Thought: SECRET-PLAN-1234\nTalk: hi\nAction: [BUY] $40")
-    conv = Conversation(agent, "seller", clean)
+    conv = BargainSeat(agent, "seller", clean)
     conv.observe(env.observe("seller"), opponent_thoughts=("SECRET-PLAN-1234",))
     assert "SECRET-PLAN-1234" not in str(conv.messages)
     with pytest.raises(LeakError, match="private reasoning"):  # a 'thought' the prompt builder itself shows
-        Conversation(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("Round 1 of 6. Buyer:",))
+        BargainSeat(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("Round 1 of 6. Buyer:",))
     # a buyer that says its thought aloud made it public: no error
     env.reset(clean, 1)
     env.step("Thought: I offer $40 now\nTalk: I offer $40 now\nAction: [BUY] $40")
-    Conversation(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("I offer $40 now",))
+    BargainSeat(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("I offer $40 now",))
 
 
 def test_vllm_backend_is_optional_with_a_clear_error(tiny_dir):
     import importlib.util
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
-    from training.backends import VLLMBackend
+    from training.engine.backends import VLLMBackend
     with pytest.raises(ImportError, match="pip install vllm"):
         VLLMBackend(str(tiny_dir), None)
 
@@ -254,12 +256,12 @@ def test_each_conversation_keeps_its_own_token_budget_near_the_context_limit(tin
     _, tok = tiny
     agent = LLMAgent(CannedBackend(tok, ["blah " * 500]), "option_a")  # never stops: uses its whole budget
     eps = _episodes(3, offset=11)
-    convs = [Conversation(agent, "buyer", sc) for sc, _ in eps]
+    convs = [BargainSeat(agent, "buyer", sc) for sc, _ in eps]
     from env.bargain.env import BargainEnv
     for conv, (sc, seed) in zip(convs, eps):
         conv.observe(BargainEnv().reset(sc, seed))
     agent.max_len = max(len(c.ids) for c in convs) + 10  # the longest prompt has 10 tokens of room
-    from training.rollout import generate_replies
+    from training.engine.rollout import generate_replies
     generate_replies(agent, convs)
     rooms = [agent.max_len - c.prompt_len for c in convs]
     for conv, room in zip(convs, rooms):

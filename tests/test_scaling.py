@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from training.backends import SamplingConfig, TransformersBackend
+from training.engine.backends import SamplingConfig, TransformersBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs" / "accelerate"
@@ -127,9 +127,10 @@ def test_grpo_with_use_vllm_server_generates_every_turn_through_the_server(tiny,
 
     from env.bargain.scenarios import get_split
     from training import grpo
-    from training.backends import TRLVLLMBackend
-    from training.cli import parse
-    from training.rollout import LLMAgent, play_episodes
+    from training.engine.backends import TRLVLLMBackend
+    from training.common.cli import parse
+    from training.engine.rollout import LLMAgent
+    from training.games.bargain.rollout import play_episodes
 
     model, tok = tiny
     (script, cfg, _), _ = parse(TrlParser((grpo.GRPOScriptArguments, grpo.HaggleGRPOConfig, ModelConfig)),

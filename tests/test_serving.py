@@ -19,7 +19,7 @@ from env.market.play import seat_rng
 from serving.app import build_app
 from serving.bargain import BargainAction, BargainEnvironment
 from serving.market import MarketAction, MarketEnvironment
-from training.tools import HaggleToolEnv
+from training.games.bargain.tools import HaggleToolEnv
 from tests.conftest import free_port
 
 

@@ -12,11 +12,12 @@ import pytest
 from env.bargain.evaluation import episode_seed
 from env.bargain.scenarios import get_split
 from training import grpo, sft
-from training.backends import SamplingConfig, TransformersBackend
-from training.models import is_pretrained, load_model
-from training.provenance import read_lineage
-from training.rollout import LLMAgent, play_episodes
-from training.smollm2 import GGUF, HUB_ID, resolve
+from training.engine.backends import SamplingConfig, TransformersBackend
+from training.engine.models import is_pretrained, load_model
+from training.common.provenance import read_lineage
+from training.engine.rollout import LLMAgent
+from training.games.bargain.rollout import play_episodes
+from training.engine.smollm2 import GGUF, HUB_ID, resolve
 
 pytestmark = pytest.mark.slow
 

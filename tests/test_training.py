@@ -79,7 +79,7 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
 def test_sdpo_hindsight_never_shows_the_cost():
     from env.bargain.evaluation import episode_seed
     from env.bargain.scenarios import get_split
-    from training.rollout import play_episodes
+    from training.games.bargain.rollout import play_episodes
     from training.sdpo import hindsight
 
     scenarios = get_split("builtin", "train")[:8]
@@ -253,9 +253,10 @@ def test_shipped_checkpoint_plays_offline():
     from env.bargain.play import play_episode
     from env.bargain.players import make_player
     from env.bargain.scenarios import get_split
-    from training.backends import SamplingConfig, TransformersBackend
-    from training.models import load_model
-    from training.rollout import LLMAgent, LLMPlayer
+    from training.engine.backends import SamplingConfig, TransformersBackend
+    from training.engine.models import load_model
+    from training.engine.rollout import LLMAgent
+    from training.games.bargain.rollout import LLMPlayer
 
     path = ROOT / "artifacts" / "checkpoints" / "grpo-tiny"
     assert sum(f.stat().st_size for f in path.iterdir()) < 25 * 2**20
@@ -289,10 +290,10 @@ def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every
 
 def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny_dir, tmp_path):
     from training import evaluate
-    from training.backends import TransformersBackend
+    from training.engine.backends import TransformersBackend
     from training.games.bargain import BargainGame
-    from training.models import load_model
-    from training.rollout import LLMAgent
+    from training.engine.models import load_model
+    from training.engine.rollout import LLMAgent
 
     script = sft.SFTScriptArguments(model=str(tiny_dir), role="seller", sellers="neutral,insulting", games=8)
     game = BargainGame(script)
@@ -346,10 +347,10 @@ def test_generalisation_studies_say_what_they_run_and_the_model_seller_plays_the
 def test_every_expert_reply_sft_teaches_fits_the_reply_budget_of_training_and_evaluation(tiny, mode):
     """A reply longer than the budget is cut into a format error: a budget below the expert's replies
     punishes the policy for writing what SFT taught it (GRPO's old 64 cut 19% of them)."""
-    from training.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend
+    from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend
     from training.games.bargain import BargainGame
     from training.grpo import GRPOScriptArguments
-    from training.rollout import LLMAgent
+    from training.engine.rollout import LLMAgent
 
     assert GRPOScriptArguments.max_new_tokens == SamplingConfig.max_new_tokens == REPLY_TOKENS
     model, tok = tiny

@@ -22,10 +22,10 @@ from env.bargain.play import play_episode
 from env.bargain.players import SELLERS, make_player
 from env.bargain.players.oracle import OracleBuyer
 from env.bargain.scenarios import get_split
-from training.backends import SamplingConfig
-from training.cli import parse
+from training.engine.backends import SamplingConfig
+from training.common.cli import parse
 from training.games.base import build_agent, name_path
-from training.provenance import provenance, write_json
+from training.common.provenance import provenance, write_json
 
 
 @dataclass
@@ -72,7 +72,7 @@ def chosen_games(source: str, mutual: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> dict:
     from transformers import HfArgumentParser  # noqa: PLC0415
 
-    from training.rollout import play_episodes  # noqa: PLC0415
+    from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
     (cfg,), _ = parse(HfArgumentParser((BeforeAfterConfig,)), list(sys.argv[1:] if argv is None else argv))
     start = time.perf_counter()

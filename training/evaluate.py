@@ -40,11 +40,11 @@ from env.bargain.players import BUYERS, SELLERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.scenarios import ScenarioDataError, check_budget_factor
 from env.market.world import TASKS as MARKET_TASKS
-from training.backends import SamplingConfig
-from training.cli import parse
+from training.engine.backends import SamplingConfig
+from training.common.cli import parse
 from training.games import GAMES, check_env
 from training.games.bargain import target_checks
-from training.provenance import provenance, write_json
+from training.common.provenance import provenance, write_json
 
 
 @dataclass

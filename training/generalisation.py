@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 from env.bargain.players import SELLERS
 from env.bargain.scenarios import is_union, resolve_source, union_parts
-from training.backends import SamplingConfig
-from training.cli import parse
+from training.engine.backends import SamplingConfig
+from training.common.cli import parse
 from training.evaluate import EvalConfig, run
-from training.provenance import provenance, write_json
+from training.common.provenance import provenance, write_json
 
 ADVERSARIAL = ("begging", "insulting", "unyielding")
 

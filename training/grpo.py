@@ -33,8 +33,8 @@ from accelerate.utils import gather_object
 from trl import GRPOConfig
 
 from env.bargain.protocol import REASONING_MODES
-from training.backends import REPLY_TOKENS
-from training.cli import parse
+from training.engine.backends import REPLY_TOKENS
+from training.common.cli import parse
 from training.games import GameArguments, game_for
 from training.games.base import reward_stats
 
@@ -100,8 +100,8 @@ class EpisodeRollouts:
         self.steps: list[dict] = []
 
     def _policy(self, trainer):
-        from training.backends import SamplingConfig, TransformersBackend, TRLVLLMBackend  # noqa: PLC0415
-        from training.rollout import LLMAgent  # noqa: PLC0415
+        from training.engine.backends import SamplingConfig, TransformersBackend, TRLVLLMBackend  # noqa: PLC0415
+        from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
         model = trainer.accelerator.unwrap_model(trainer.model)
         if self.backend is None or self.backend.model is not model:
@@ -169,7 +169,7 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
     from datasets import Dataset  # noqa: PLC0415
 
     from env.bargain.scenarios import ScenarioDataError  # noqa: PLC0415
-    from training.models import load_model  # noqa: PLC0415
+    from training.engine.models import load_model  # noqa: PLC0415
 
     method = Path(script_path).stem.upper()
     try:
@@ -183,7 +183,7 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
             print(f"--push_to_hub publishes the bilateral buyer (its card reads eval_results.json); it is not "
                   f"wired for --env {game.name}", file=sys.stderr)
             raise SystemExit(2)
-        from training.hub import HubError, preflight  # noqa: PLC0415
+        from training.common.hub import HubError, preflight  # noqa: PLC0415
         try:
             hub = preflight(cfg.hub_model_id)
         except HubError as exc:
@@ -194,8 +194,8 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
     model, tok = load_model(path, device="cpu" if cfg.use_cpu else None, dtype="float32", trainable=True)
     opponent = None
     if script.seller_model:
-        from training.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
-        from training.rollout import LLMAgent  # noqa: PLC0415
+        from training.engine.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
+        from training.engine.rollout import LLMAgent  # noqa: PLC0415
         sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
         opponent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
                             script.reasoning_mode, name="frozen-seller")
@@ -211,9 +211,9 @@ def setup(script: GRPOScriptArguments, cfg: GRPOConfig, model_args, script_path:
 def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str], script_path: str, start: float,
            resumed: bool):
     """Save the final policy (LoRA merged), its lineage and the training curve; publish when asked."""
-    from training.provenance import command_line, provenance, read_lineage, write_json, write_lineage  # noqa: PLC0415
+    from training.common.provenance import command_line, provenance, read_lineage, write_json, write_lineage  # noqa: PLC0415
 
-    from training.models import save_adapter_base  # noqa: PLC0415
+    from training.engine.models import save_adapter_base  # noqa: PLC0415
 
     path = model_args.model_name_or_path or "runs/sft/final"
     final = Path(cfg.output_dir) / "final"
@@ -240,7 +240,7 @@ def finish(trainer, script, cfg, model_args, game, rollouts, hub, argv: list[str
                                                            command_line(script_path, [script_path, *argv])),
                                   "points": curve_points(rollouts.steps, trainer.state.log_history)})
     if hub:
-        from training.hub import publish  # noqa: PLC0415
+        from training.common.hub import publish  # noqa: PLC0415
         method = Path(script_path).stem.upper()
         if lora:  # the FP8 export needs whole weights: the adapter merged into its base, beside it
             merged = final.with_name("final-merged")

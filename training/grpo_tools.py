@@ -1,6 +1,6 @@
 """GRPO through TRL's ``environment_factory``: the negotiation as tools, in-process or served.
 
-What it is: TRL's ``GRPOTrainer`` with ``environment_factory=HaggleToolEnv`` (``training/tools.py``).
+What it is: TRL's ``GRPOTrainer`` with ``environment_factory=HaggleToolEnv`` (``training/games/bargain/tools.py``).
 Each rollout gets its own environment; ``reset(**row)`` opens a train-split episode named by
 the row (seed, product, opponent) and returns the opening prompt; the model negotiates by
 calling ``offer(price)``, ``accept()``, ``reject()`` and ``quit()``; the reward is the
@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from env.bargain.players import SELLERS, parse_names
-from training.cli import parse
+from training.common.cli import parse
 from training.grpo import HaggleGRPOConfig
 
 SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--num_generations", "2",
@@ -64,8 +64,8 @@ def rows(n: int, sellers: list[str]):
 def main(argv: list[str] | None = None):
     from trl import GRPOTrainer, TrlParser  # noqa: PLC0415
 
-    from training.tools import HaggleToolEnv  # noqa: PLC0415
-    from training.models import load_model  # noqa: PLC0415
+    from training.games.bargain.tools import HaggleToolEnv  # noqa: PLC0415
+    from training.engine.models import load_model  # noqa: PLC0415
 
     (script, cfg), argv = parse(TrlParser((ToolScriptArguments, ToolGRPOConfig)), argv, SMOKE_ARGS)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.provenance import REPO_ROOT, code_version, git_commit, machine, provenance, write_json
+from training.common.provenance import REPO_ROOT, code_version, git_commit, machine, provenance, write_json
 
 SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
         "chat_template.jinja", "lineage.json"]
@@ -98,7 +98,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                 "--model_name_or_path", str(sft),
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
     plan = [
-        ("tiny", ["training/models.py", "--out", str(tiny)]),
+        ("tiny", ["training/build_tiny.py", "--out", str(tiny)]),
         ("sft", sft_stage("sft", "sft_training_curve.json", "option_a")),
         *([("sft_option_b", sft_stage("sft-option_b", "sft_option_b_training_curve.json", "option_b"))]
           if option_b else []),
@@ -151,7 +151,7 @@ def fresh_or_resume(cmd: list[str], command: str, code: str = "") -> str:
     for an interrupted run of the same command on the same code, and wrong for a changed one (a new
     recipe, or new code under the same command line, would resume from the old run's last step and
     train no further). So a stage's folder records the command that writes it and the code it ran
-    (``code``, training.provenance.code_version); a folder written by another command or other code
+    (``code``, training.common.provenance.code_version); a folder written by another command or other code
     (or by an unknown one) is moved aside, never deleted, and the stage starts fresh. Returns what
     was done, for the log."""
     if "--output_dir" not in cmd:

@@ -13,7 +13,7 @@ in its own environment (README, "FP8 export"):
     .venv-quantize/bin/pip install --no-deps -e .
     .venv-quantize/bin/python training/quantize.py --model runs/grpo/final --out runs/grpo/fp8
 
-``python training/grpo.py --push-to-hub`` calls it for you (``training/hub.py`` finds that environment).
+``python training/grpo.py --push-to-hub`` calls it for you (``training/common/hub.py`` finds that environment).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from trl import GRPOTrainer
 
 from env.bargain.protocol import format_price
 from training.games import GAMES
-from training.cli import parse
+from training.common.cli import parse
 from training.grpo import SMOKE_ARGS, GRPOScriptArguments, HaggleGRPOConfig, episode_reward, setup, train_and_finish
 
 DEFAULT_CURVE = "artifacts/sdpo_training_curve.json"

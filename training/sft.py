@@ -24,7 +24,7 @@ import torch
 from trl import SFTConfig
 
 from env.bargain.protocol import REASONING_MODES
-from training.cli import parse
+from training.common.cli import parse
 from training.games import GameArguments, game_for
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None):
     from trl import SFTTrainer, TrlParser  # noqa: PLC0415
 
     from env.bargain.scenarios import ScenarioDataError  # noqa: PLC0415
-    from training.backends import TransformersBackend  # noqa: PLC0415
-    from training.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base  # noqa: PLC0415,E501
-    from training.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
-    from training.rollout import LLMAgent  # noqa: PLC0415
+    from training.engine.backends import TransformersBackend  # noqa: PLC0415
+    from training.engine.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base  # noqa: PLC0415,E501
+    from training.common.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
+    from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
     (script, cfg), argv = parse(TrlParser((SFTScriptArguments, HaggleSFTConfig)), argv, SMOKE_ARGS)
     try:

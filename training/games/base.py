@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from training.backends import SamplingConfig
+from training.engine.backends import SamplingConfig
 
 
 def name_path(item: str, flag: str, taken) -> tuple[str, str]:
@@ -26,9 +26,9 @@ def label(model: str) -> str:
 def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: str = ""):
     """An ``LLMAgent`` for a model name, on the backend ``config`` names (``base_url``, ``backend``,
     ``device``), in ``config.reasoning_mode`` unless ``reasoning_mode`` is given."""
-    from training.backends import OpenAIChatBackend, TransformersBackend, VLLMBackend  # noqa: PLC0415
-    from training.models import load_model, resolve_model_path  # noqa: PLC0415
-    from training.rollout import LLMAgent  # noqa: PLC0415
+    from training.engine.backends import OpenAIChatBackend, TransformersBackend, VLLMBackend  # noqa: PLC0415
+    from training.engine.models import load_model, resolve_model_path  # noqa: PLC0415
+    from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
     if config.base_url:
         backend = OpenAIChatBackend(model, config.base_url, config.api_key_env, sampling)

@@ -9,7 +9,7 @@ typed client any OpenEnv user has. A dataset row may carry ``seed``, ``product``
 and ``split`` (train by default: training never sees the test products).
 
     from trl import GRPOTrainer
-    from training.tools import HaggleToolEnv
+    from training.games.bargain.tools import HaggleToolEnv
     trainer = GRPOTrainer(model=..., train_dataset=rows, environment_factory=HaggleToolEnv, args=...)
 """
 

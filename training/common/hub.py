@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training.provenance import REPO_ROOT, read_lineage
+from training.common.provenance import REPO_ROOT, read_lineage
 
 QUANTIZE_SCRIPT = REPO_ROOT / "training" / "quantize.py"
 QUANTIZE_VENV = REPO_ROOT / ".venv-quantize" / "bin" / "python"
@@ -40,7 +40,7 @@ def quantize_python() -> str | None:
         candidates.append(sys.executable)
     candidates.append(str(QUANTIZE_VENV))
     for py in filter(None, candidates):
-        if Path(py).exists() and subprocess.run([py, "-c", "import llmcompressor, training.provenance"],
+        if Path(py).exists() and subprocess.run([py, "-c", "import llmcompressor, training.common.provenance"],
                                                  capture_output=True, cwd=REPO_ROOT).returncode == 0:
             return py
     return None

@@ -17,9 +17,9 @@ from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.scenarios import (GENERATED, PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, SOURCES, ScenarioDataError,
                                    check_budget_factor, get_split, is_union, resolve_source, union_parts)
-from training.backends import SamplingConfig
+from training.engine.backends import SamplingConfig
 from training.games.base import build_agent, label, name_path
-from training.provenance import provenance, write_json, write_jsonl
+from training.common.provenance import provenance, write_json, write_jsonl
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class BargainGame:
 
     def play(self, agent, episodes: list[BargainEpisode], opponent=None) -> list:
         """Whole episodes with ``agent`` as the buyer against the persona mix (or ``opponent``)."""
-        from training.rollout import play_episodes  # noqa: PLC0415
+        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
         names = self.script.seller_names
         sellers = [opponent or names[e.seed % len(names)] for e in episodes]
@@ -102,7 +102,8 @@ class BargainGame:
         len(BUYERS)``; the records carry the seller's reward."""
         from datasets import Dataset  # noqa: PLC0415
 
-        from training.rollout import Teacher, play_episodes  # noqa: PLC0415
+        from training.engine.rollout import Teacher  # noqa: PLC0415
+        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
         sellers, scenarios = self.script.seller_names, self.train
         buyers = list(BUYERS)
@@ -332,7 +333,7 @@ def _recorded(config, other_game: tuple[str, ...]) -> dict:
 
 def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[EpisodeMetrics], list[dict]]:
     """A cell with a model player: the same (product, seed) episodes, through the rollout engine."""
-    from training.rollout import play_episodes  # noqa: PLC0415
+    from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
     episodes = [(sc, episode_seed(i, k, config.seeds, config.seed_base))
                 for i, sc in enumerate(scenarios) for k in range(config.seeds)]

@@ -23,7 +23,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from training.provenance import LINEAGE, REPO_ROOT, git_commit, write_json
+from training.common.provenance import LINEAGE, REPO_ROOT, git_commit, write_json
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 NAMES = ("smollm2-135m", HUB_ID)

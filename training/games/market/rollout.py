@@ -1,4 +1,4 @@
-"""Language-model labs in the GPU market: what the model reads, and the batched rollout engine.
+"""Language-model labs in the GPU market: the batched rollout engine.
 
 The model plays lab 0 through the same ``LLMAgent`` and ``Conversation`` as in the bilateral
 game: a system prompt (the rules, every action as a JSON example, the task), then at each of
@@ -17,93 +17,16 @@ log-probs, the reward (lab 0's outcome over its total job value) and the finishe
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from env.market import rules
-from env.market.actions import EXAMPLES
 from env.market.env import MarketEnv, MarketStep
 from env.market.evaluation import transcript
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
-from env.market.world import ACTIONS_PER_TURN, TASKS
-from training.prompts import LeakError
-from training.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
+from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
     token_fields
-
-LAB = "lab0"  # the seat a model plays
-FORMATS = {
-    "option_a": "Reply with exactly one JSON object: the action, nothing else.",
-    "option_b": "Think inside <think>...</think> (private), then reply with exactly one JSON object: the action.",
-}
-
-
-def market_system_prompt(obs: dict, reasoning_mode: str = "option_a") -> str:
-    """The rules and the action language first (shared by every episode), the task last."""
-    t = TASKS[obs["task"]]
-    actions = "\n".join(json.dumps(a) for a in EXAMPLES.values())
-    return (f"You run an AI lab in a market for scarce GPU capacity. Complete your jobs: a job is done when its "
-            f"GPU-hours are allocated from blocks you own that have started, before its deadline. Your reward is "
-            f"(value of completed jobs + money received - money paid - energy bills - fines - "
-            f"${rules.INVALID_PENALTY:g} per refused action) / your total job value. Other labs trade only when it "
-            f"pays them. Up to {ACTIONS_PER_TURN} actions per round; wait ends your turn.\n{FORMATS[reasoning_mode]}\n"
-            f"Actions (examples; use ids from your view):\n{actions}\n"
-            f"Task {t.name}: {t.description} {t.rounds} rounds. You are {obs['you']}.")
-
-
-def _r(k: int) -> int:  # rounds are 0-based in the environment, 1-based for readers
-    return k + 1
-
-
-def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
-    """Lab ``obs['you']``'s view as one user turn, with the result of its previous action. The
-    whole view opens each turn; later moves in the same turn (nobody else acts in between) get
-    only the result and what it caused, which keeps long episodes within a small context."""
-    me, m = obs["you"], obs["market"]
-    lines = [f"Round {_r(obs['round'])} of {obs['rounds']}, {obs['actions_left']} action(s) left."]
-    if last is not None:
-        lines.append(f"Your last action: {'ok' if last.ok else 'REFUSED ' + last.code}: {last.detail}")
-    if obs["events"]:
-        lines.append("Events: " + "; ".join(json.dumps(e, separators=(",", ":")) for e in obs["events"]))
-    if last is not None and obs["actions_left"] < ACTIONS_PER_TURN:
-        return "\n".join(lines)
-    lines.append(f"Money ${obs['money']:.2f}, reputation {obs['reputation']:.2f}.")
-    lines.append("Your jobs: " + "; ".join(
-        f"{j['id']} {j['hours']:g}h ({j['done']:g} done) by round {_r(j['deadline'])} worth ${j['value']:g}, "
-        f"{j['status']}" for j in obs["jobs"]))
-    mine = [b for b in obs["blocks"] if b["owner"] == me]
-    other = [b for b in obs["blocks"] if b["owner"] != me]
-    lines.append("Your blocks: " + ("; ".join(f"{b['id']} {b['hours']:g}h from round {_r(b['start'])}, energy "
-                                              f"{b['energy']:g}/h" for b in mine) or "none"))
-    lines.append("Other blocks: " + ("; ".join(f"{b['id']} of {b['owner']} {b['hours']:g}h from round "
-                                               f"{_r(b['start'])}" for b in other) or "none"))
-    lots = "; ".join(f"{x['id']} {x['hours']:g}h for ${x['price']:g} from round {_r(x['start'])}" for x in m["lots"])
-    lines.append(f"Spot {m['spot_hours']:g}h at ${m['spot_price']:g}/h, energy ${m['energy_price']:g}."
-                 + (f" Lots (sold only to a coalition of {m['lots'][0]['min_members']}+ paying labs): {lots}."
-                    if lots else ""))
-    if obs["offers"]:
-        lines.append("Open offers: " + "; ".join(
-            f"{o['id']} {o['from']}->{o['to']} {o['side']} {o['hours']:g}h of {o['block']} for ${o['price']:g}"
-            + (f" (pitch, score {o['score']:.2f})" if o["pitch"] else "") for o in obs["offers"]))
-    if obs["coalitions"]:
-        lines.append("Coalitions: " + "; ".join(
-            f"{c['id']} for {c['lot']} by {c['proposer']}, {c['status']}, members {','.join(c['members'])}, shares "
-            f"{json.dumps(c['shares'], separators=(',', ':'))}, committed {','.join(c['committed']) or 'none'}"
-            for c in obs["coalitions"]))
-    return "\n".join(lines)
-
-
-def assert_market_no_leak(text: str, env: MarketEnv, lab: int = 0) -> str:
-    """Raise ``LeakError`` if a prompt for ``lab`` names another lab's private jobs (a bug guard:
-    the view is a projection already; this catches a prompt builder that reaches around it)."""
-    for other in env.world.labs:
-        if other.id != lab:
-            for job in other.jobs:
-                if re.search(rf"(?<![\w.]){re.escape(job.id)}(?![\w.]|\.\d)", text):
-                    raise LeakError(f"prompt for lab{lab} names {other.name}'s private job {job.id}")
-    return text
-
+from training.games.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
 
 @dataclass
 class MarketRecord(EpisodeRecord):

@@ -1,17 +1,16 @@
-"""Language-model players and the batched multi-turn rollout engine.
+"""Language-model players and the batched multi-turn generation they share across games.
 
 ``LLMAgent`` is a model player: a backend, a reasoning format and sampling settings. In an
-episode each model seat is a ``Conversation``: its system prompt (built from its own view
-only), the opponent's public messages as user turns, and its own replies, private reasoning
-included. With a token backend the conversation is kept as one token stream that only ever
-grows (never re-rendered), so what the model saw while generating is exactly what training
-scores: each generated token has mask 1 and its sampling log-prob; template, opponent and
-environment tokens have mask 0.
+episode each model seat is a ``Conversation``: its system prompt, what the game shows it as user
+turns, and its own replies, private reasoning included. With a token backend the conversation is
+kept as one token stream that only ever grows (never re-rendered), so what the model saw while
+generating is exactly what training scores: each generated token has mask 1 and its sampling
+log-prob; template, opponent and environment tokens have mask 0.
 
-``play_episodes`` runs many episodes in lockstep: at each step every pending model reply is
-generated in one batched call per agent, scripted players answer inline, finished episodes
-drop out. Any model output is handed to the environment as it is; what cannot be parsed is a
-format error that the environment scores, never replaced by a default move.
+``generate_replies`` makes one batched generation for every conversation waiting on an agent;
+each game's rollout (``training.games.<game>.rollout``) runs its episodes in lockstep around it.
+Any model output is handed to the environment as it is; what cannot be parsed is a format error
+that the environment scores, never replaced by a default move.
 
 option_b (native ``<think>``) caps thinking: generation stops at ``</think>`` or after
 ``think_tokens``; at the cap the engine closes the block itself (mask 0) and the model then
@@ -23,16 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, Observation
-from env.bargain.play import Match
-from env.bargain.players import make_player
-from env.bargain.players.base import Player
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import Scenario
-from training.backends import OpenAIChatBackend, SamplingConfig
-from training.prompts import assert_no_leak, new_user_messages, system_prompt
-from training.untrusted import TextGuard, guard_observation
+from training.engine.backends import Completion, OpenAIChatBackend, SamplingConfig
+from training.engine.untrusted import TextGuard
+
+class LeakError(RuntimeError):
+    """A prompt would show a player something only the other side may know."""
+
 
 _PLACEHOLDER = "\u2063HAGGLE_MESSAGE\u2063"
 
@@ -94,7 +90,7 @@ class Conversation:
 
     agent: LLMAgent
     role: str
-    scenario: Scenario | None  # when known, prompts are checked against the other side's secrets
+    scenario: object | None  # when known, prompts are checked against the other side's secrets
     messages: list[dict] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
@@ -103,12 +99,7 @@ class Conversation:
     prompt_len: int = 0
     seen: int = 0
     kv: object = None  # the backend's prefix cache of ``ids`` (token backends that keep one)
-    teacher: Player | None = None  # a scripted player that writes this seat's replies (expert data)
-
-    def teach(self, obs: Observation) -> str:
-        """Write the teacher's reply into the stream as if the model had generated it (mask 1). The
-        teacher reads the model's guarded view: a title it quotes cannot put control tokens there."""
-        return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)))
+    teacher: object | None = None  # a scripted player that writes this seat's replies (expert data)
 
     def write(self, text: str) -> str:
         """``text`` as this seat's reply, as if the model had generated it (mask 1)."""
@@ -119,24 +110,6 @@ class Conversation:
         else:
             self.add_reply(0, [], [], [], text)
         return text
-
-    def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
-        """Take in what happened since this seat last spoke (the opponent's public messages), with
-        every text a player or the scenario file wrote guarded (``training.untrusted``)."""
-        obs = guard_observation(obs, self.agent.guard)
-        first = not self.messages
-        sys = None
-        if first:
-            sys = system_prompt(obs, self.agent.reasoning_mode)
-            if self.scenario is not None:
-                assert_no_leak(sys, self.scenario, self.role)
-        new = new_user_messages(obs, self.seen)
-        self.seen = len(obs.history)
-        for text, talk in new:
-            if self.scenario is not None:
-                assert_no_leak(text.replace(talk, "") if talk else text, self.scenario, self.role,
-                               opponent_thoughts, check_values=first and not obs.history)
-        self.push([text for text, _ in new], sys)
 
     def push(self, users: list[str], system: str | None = None) -> None:
         """Add user turns (and, on the first call, the system prompt) to the conversation; with a
@@ -219,8 +192,6 @@ def _generate(agent: LLMAgent, convs: Sequence[Conversation], prompts: list[list
               stops: list[int]):
     """Generate within the model's context window (a prompt with no room left gets nothing),
     reusing and refreshing each conversation's prefix cache when the backend keeps one."""
-    from training.backends import Completion  # noqa: PLC0415
-
     backend = agent.backend
     room = [max_new if agent.max_len is None else min(max_new, agent.max_len - len(p)) for p in prompts]
     out = [Completion([], [], False)] * len(prompts)
@@ -245,11 +216,8 @@ def _generate(agent: LLMAgent, convs: Sequence[Conversation], prompts: list[list
 class Teacher:
     """A scripted player writing into a model's conversation format (for supervised data)."""
 
-    player: str | Callable[[], Player]
+    player: object  # the game's scripted player: a name, or a factory
     agent: LLMAgent
-
-
-PlayerSpec = LLMAgent | Teacher | str | Callable[[], Player]
 
 
 @dataclass
@@ -268,64 +236,6 @@ class EpisodeRecord:
     logprobs: list[float]
     turns: list[Turn]
     messages: list[dict]
-
-
-def _seat(spec: PlayerSpec, role: str, scenario: Scenario, reasoning_mode: str = "option_a"):
-    if isinstance(spec, LLMAgent):
-        return Conversation(spec, role, scenario)
-    if isinstance(spec, Teacher):  # the teacher writes in the format the model will be asked for
-        teacher = _seat(spec.player, role, scenario, spec.agent.reasoning_mode)
-        return Conversation(spec.agent, role, scenario, teacher=teacher)
-    player = make_player(role, spec, reasoning_mode) if isinstance(spec, str) else spec()
-    if player.role != role:
-        raise ValueError(f"a {player.role} cannot play the {role}")
-    return player
-
-
-def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | list[PlayerSpec],
-                  seller: PlayerSpec | list[PlayerSpec],
-                  max_turns: int = DEFAULT_MAX_TURNS, trained_role: str = BUYER,
-                  on_done: Callable[[int], None] | None = None) -> list[EpisodeRecord]:
-    """Play ``(scenario, seed)`` episodes in lockstep. Scripted players are given by name (or a
-    factory); model players by an ``LLMAgent``; either side may be one spec for all episodes or a
-    list with one per episode. Returns one record per episode, in order."""
-    n = len(episodes)
-    buyers = buyer if isinstance(buyer, list) else [buyer] * n
-    sellers = seller if isinstance(seller, list) else [seller] * n
-    if len(buyers) != n or len(sellers) != n:
-        raise ValueError("per-episode buyer/seller lists must have one entry per episode")
-    seats = [{BUYER: _seat(b, BUYER, sc), SELLER: _seat(s, SELLER, sc)}
-             for (sc, _), b, s in zip(episodes, buyers, sellers)]
-    # scripted seats move inside the driver; model seats (conversations) are moved from here, batched
-    matches = [Match(sc, *(None if isinstance(seat[r], Conversation) else seat[r] for r in (BUYER, SELLER)), seed,
-                     max_turns) for (sc, seed), seat in zip(episodes, seats)]
-    for match, seat in zip(matches, seats):
-        for role, conv in seat.items():
-            if isinstance(conv, Conversation) and conv.teacher is not None:
-                conv.teacher.reset(match.env.observe(role), match.rngs[role])
-    active = list(range(n))
-    while active:
-        waiting: dict[int, list[int]] = {}
-        replies: dict[int, str] = {}
-        for i in active:
-            matches[i].advance()
-            if matches[i].env.done:
-                continue
-            role = matches[i].env.to_move
-            seat, obs = seats[i][role], matches[i].env.observe(role)
-            thoughts = tuple(t["thought"] for t in matches[i].env.log if t["role"] != seat.role)
-            seat.observe(obs, thoughts)
-            if seat.teacher is not None:
-                replies[i] = seat.teach(obs)
-            else:
-                waiting.setdefault(id(seat.agent), []).append(i)
-        for idx in waiting.values():
-            agent = seats[idx[0]][matches[idx[0]].env.to_move].agent
-            texts = generate_replies(agent, [seats[i][matches[i].env.to_move] for i in idx])
-            replies.update(zip(idx, texts))
-        active, _ = step_replies(matches, active, replies, on_done)
-    envs = [m.env for m in matches]
-    return [_record(envs[i], seats[i], episodes[i], trained_role) for i in range(n)]
 
 
 def step_replies(matches: Sequence, active: list[int], replies: dict[int, str],
@@ -354,22 +264,3 @@ def token_fields(conv) -> dict:
                 turns=conv.turns if tokens else [], messages=conv.messages if isinstance(conv, Conversation) else [])
 
 
-def _record(env: BargainEnv, seats: dict, episode: tuple[Scenario, int], trained_role: str) -> EpisodeRecord:
-    return EpisodeRecord(scenario_id=episode[0].id, seed=episode[1], reward=env.reward_of(trained_role), metrics=env.metrics().to_dict(),
-                         transcript=env.transcript(), trained_role=trained_role, **token_fields(seats.get(trained_role)))
-
-
-class LLMPlayer:
-    """The ``Player`` interface for one model seat (one episode at a time, e.g. in the Space)."""
-
-    def __init__(self, agent: LLMAgent, role: str):
-        self.agent, self.role, self.name = agent, role, agent.name
-        self.conv: Conversation | None = None
-
-    def reset(self, obs: Observation, rng=None) -> None:
-        # Built from the seat's own observation only, so there is no other-side secret to guard.
-        self.conv = Conversation(self.agent, self.role, None)
-
-    def act(self, obs: Observation) -> str:
-        self.conv.observe(obs)
-        return generate_replies(self.agent, [self.conv])[0]

@@ -14,9 +14,9 @@ from env.bargain.players import parse_names
 from env.bargain.protocol import REASONING_MODES
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, format_market_table
 from env.market.world import TASKS
-from training.backends import SamplingConfig
+from training.engine.backends import SamplingConfig
 from training.games.base import build_agent, name_path
-from training.provenance import provenance, write_json, write_jsonl
+from training.common.provenance import provenance, write_json, write_jsonl
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class MarketGame:
         return f"{what[:-1]} i: task i mod {len(tasks)} of {tasks}, seed i (below the held-out evaluation seeds)"
 
     def play(self, agent, episodes: list[MarketEpisode], opponent=None) -> list:
-        from training.market_rollout import play_market_episodes  # noqa: PLC0415
+        from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
 
         return play_market_episodes([(e.task, e.seed) for e in episodes], agent, name="policy")
 
@@ -92,8 +92,8 @@ class MarketGame:
         several agents (reasoning formats) games alternate formats."""
         from datasets import Dataset  # noqa: PLC0415
 
-        from training.market_rollout import play_market_episodes  # noqa: PLC0415
-        from training.rollout import Teacher  # noqa: PLC0415
+        from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
+        from training.engine.rollout import Teacher  # noqa: PLC0415
 
         episodes = [(e.task, e.seed) for e in self.rows(games)]
         records = play_market_episodes(episodes, [Teacher("expert", agents[i % len(agents)]) for i in range(games)])
@@ -127,7 +127,7 @@ class MarketGame:
 
         from env.market.evaluation import evaluate, summarize, transcript  # noqa: PLC0415
         from env.market.players import make_policy  # noqa: PLC0415
-        from training.market_rollout import play_market_episodes  # noqa: PLC0415
+        from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
 
         start = time.perf_counter()
         total = len(config.task_names) * (len(config.policy_names) + len(config.model_paths)) * config.episodes

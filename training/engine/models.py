@@ -9,20 +9,19 @@ cache folder; ``load_model("smollm2-135m")`` the real pretrained SmolLM2-135M-In
 its PyPI package where the Hub is out of reach); ``load_model("Qwen/Qwen3-0.6B")`` or a local path
 loads anything else, a LoRA adapter folder included.
 
-    python training/models.py --out runs/tiny-base       # build and save the tiny model
+    python training/build_tiny.py --out runs/tiny-base   # build and save the tiny model
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import threading
 from pathlib import Path
 
-from training import smollm2
-from training.provenance import LINEAGE, REPO_ROOT, git_commit, read_lineage, write_json
+from training.engine import smollm2
+from training.common.provenance import LINEAGE, REPO_ROOT, git_commit, read_lineage, write_json
 
 _LOAD_LOCK = threading.Lock()
 
@@ -49,7 +48,7 @@ def tokenizer_corpus(games: int = 1500, seed: int = 0) -> list[str]:
     from env.bargain.play import play_episode  # noqa: PLC0415
     from env.bargain.players import BUYERS, SELLERS, make_player  # noqa: PLC0415
     from env.bargain.scenarios import get_split  # noqa: PLC0415
-    from training.prompts import new_user_messages, system_prompt  # noqa: PLC0415
+    from training.games.bargain.prompts import new_user_messages, system_prompt  # noqa: PLC0415
 
     rng = random.Random(seed)
     scenarios = get_split("builtin", "train")
@@ -112,7 +111,7 @@ def build_tiny(out_dir: str | os.PathLike = DEFAULT_TINY_DIR, seed: int = 0, voc
 
 def resolve_model_path(name: str) -> str:
     """``tiny`` means the cached tiny model (built on first use); ``smollm2-135m`` (or its Hub id)
-    the Hub where it answers, else SmolLM2 built once from its PyPI package (``training/smollm2.py``);
+    the Hub where it answers, else SmolLM2 built once from its PyPI package (``training/engine/smollm2.py``);
     anything else is passed through."""
     if smollm2.is_smollm2(name):
         return smollm2.resolve(name)
@@ -184,17 +183,3 @@ def save_adapter_base(folder: str | os.PathLike, base: str) -> None:
         data = json.loads(config.read_text())
         data["base_model_name_or_path"] = base
         write_json(config, data)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description="Build and save the tiny offline model.")
-    ap.add_argument("--out", default=str(DEFAULT_TINY_DIR))
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    model, tokenizer = build_tiny(args.out, args.seed)
-    n = sum(p.numel() for p in model.parameters())
-    print(f"tiny model: {n / 1e6:.2f} M parameters, vocabulary {len(tokenizer)}, saved to {args.out}")
-
-
-if __name__ == "__main__":
-    main()

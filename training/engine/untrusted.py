@@ -66,11 +66,3 @@ class TextGuard:
             if forbidden.intersection(ids):
                 raise ValueError(f"the tokenizer still reads the guarded marker {marker!r} as a control token "
                                  "(its normalizer may drop U+2060); opponent text cannot be made safe for it")
-
-
-def guard_observation(obs, guard: TextGuard):
-    """A bilateral ``Observation`` with every text a player or a scenario file wrote guarded: the
-    product's title, description and category and each message's Talk. Prices, actions and notes
-    are the environment's own and stay as they are."""
-    return obs._replace(title=guard(obs.title), description=guard(obs.description), category=guard(obs.category),
-                        history=tuple(m._replace(talk=guard(m.talk)) for m in obs.history))

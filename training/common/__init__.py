@@ -1,0 +1,1 @@
+"""What every script shares: the command-line convention, artifacts with provenance, Hub publishing."""
