@@ -8,6 +8,7 @@ import gradio as gr
 import pytest
 
 import app
+from training.games.bargain.config import BargainEvalArgs
 
 
 def test_builds_and_lists_scenarios_and_players():
@@ -46,7 +47,7 @@ def test_evaluate_policy_is_the_evaluation_scripts_row(seller, episodes):
 
     row = app.evaluate_policy("split_difference", seller, episodes, "builtin", 5, "option_a")
     products = -(-episodes // 4)
-    art = evaluate.run(evaluate.EvalConfig(scenarios="builtin", buyers="split_difference",
+    art = evaluate.run(BargainEvalArgs(scenarios="builtin", buyers="split_difference",
                                            sellers="boulware" if seller == "boulware" else "all", limit=products,
                                            seed_base=5, out="", transcripts="", progress=False))
     expected = next(r for r in art["rows"] if r["seller"] == seller)

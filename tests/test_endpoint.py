@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from training import evaluate
+from training.games.bargain.config import BargainEvalArgs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def server():
 
 def test_endpoint_buyer_through_the_evaluation_harness(server, tmp_path, monkeypatch):
     monkeypatch.setenv("HAGGLE_TEST_KEY", "sk-test-123")
-    cfg = evaluate.EvalConfig(scenarios="builtin", buyer_model="served-haggler", base_url=server,
+    cfg = BargainEvalArgs(scenarios="builtin", buyer_model="served-haggler", base_url=server,
                               api_key_env="HAGGLE_TEST_KEY", sellers="neutral,conceder", seeds=1, limit=4,
                               out=str(tmp_path / "e.json"), transcripts=str(tmp_path / "t.jsonl"), progress=False)
     art = evaluate.run(cfg)
@@ -86,7 +87,7 @@ def test_endpoint_buyer_through_the_evaluation_harness(server, tmp_path, monkeyp
 
 
 def test_endpoint_failure_is_an_error_not_a_move(tmp_path):
-    cfg = evaluate.EvalConfig(scenarios="builtin", buyer_model="m", base_url="http://127.0.0.1:9/v1", sellers="neutral",
+    cfg = BargainEvalArgs(scenarios="builtin", buyer_model="m", base_url="http://127.0.0.1:9/v1", sellers="neutral",
                               seeds=1, limit=1, out="", transcripts="", progress=False)
     with pytest.raises(RuntimeError, match="chat endpoint"):
         evaluate.run(cfg, sampling=evaluate.SamplingConfig(max_new_tokens=8))

@@ -11,6 +11,7 @@ import pytest
 
 from env.bargain.scenarios import amazon_path
 from training import evaluate
+from training.games.bargain.config import BargainEvalArgs
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW_KEYS = {"buyer", "seller", "split", "episodes", "reward_mean", "reward_std", "reward_ci95", "deal_rate",
@@ -22,7 +23,7 @@ def _small(tmp_path, **kw):
     args = dict(scenarios="builtin", buyers="expert,lowballer", sellers="neutral,insulting", seeds=2, limit=8,
                 out=str(tmp_path / "eval.json"), transcripts=str(tmp_path / "t.jsonl"), progress=False)
     args.update(kw)
-    return evaluate.EvalConfig(**args)
+    return BargainEvalArgs(**args)
 
 
 def test_small_evaluation_follows_the_contract(tmp_path):
@@ -53,11 +54,11 @@ def test_evaluation_is_reproducible(tmp_path):
 
 def test_bad_configuration_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown buyer"):
-        evaluate.EvalConfig(buyers="expert,nobody")
+        BargainEvalArgs(buyers="expert,nobody")
     with pytest.raises(ValueError, match="--seeds"):
-        evaluate.EvalConfig(seeds=0)
+        BargainEvalArgs(seeds=0)
     with pytest.raises(ValueError, match="--split"):
-        evaluate.EvalConfig(split="dev")
+        BargainEvalArgs(split="dev")
 
 
 @pytest.mark.slow
@@ -83,9 +84,9 @@ def test_shipped_eval_artifact_reproduces_from_its_recorded_config(tmp_path):
     cfg = dict(art["provenance"]["config"])
     if cfg["dataset"] == "amazon" and not amazon_path().is_dir():
         pytest.skip("the artifact was made on the AmazonHistoryPrice data, which is not here")
-    cfg = {k: v for k, v in cfg.items() if k in evaluate.EvalConfig.__dataclass_fields__}
+    cfg = {k: v for k, v in cfg.items() if k in BargainEvalArgs.__dataclass_fields__}
     cfg.update(scenarios=art["provenance"]["config"]["dataset"], out="", transcripts="", progress=False)
-    again = evaluate.run(evaluate.EvalConfig(**cfg))
+    again = evaluate.run(BargainEvalArgs(**cfg))
     assert json.loads(json.dumps(again["rows"])) == art["rows"]
     # what the artifact claims, on the rows the code just wrote
     assert PROVENANCE_KEYS <= set(again["provenance"]) and all(ROW_KEYS <= set(r) for r in again["rows"])
@@ -118,7 +119,7 @@ def _row(buyer, mean, half=0.02, fmt=0.0, over=0.0):
 
 
 def test_target_checks_say_met_and_missed():
-    from training.evaluate import target_checks
+    from training.games.bargain import target_checks
     rows = [_row("expert", 0.24), _row("always_accept", 0.12), _row("random_valid", 0.13),
             _row("sft", -0.4, fmt=0.03, over=0.2), _row("grpo", 0.125, over=0.07)]
     t = target_checks(rows)
@@ -154,7 +155,7 @@ def test_the_headline_trained_buyer_is_the_best_full_row_and_its_targets_are_che
 
 
 def test_shipped_training_evaluation_states_its_targets():
-    from training.evaluate import target_checks
+    from training.games.bargain import target_checks
     data = json.loads((ROOT / "artifacts" / "eval_results.json").read_text())
     assert data["targets"] == target_checks(data["rows"]), "the recorded verdicts follow from the rows"
 
@@ -191,7 +192,7 @@ def test_model_buyers_are_evaluated_greedy_and_sampled_with_the_headline_named(t
                        "--out", "", "--transcripts", "", "--progress", "false"])
     for bad in ("0,0", "x", "3"):
         with pytest.raises(ValueError, match="--temperatures"):
-            evaluate.EvalConfig(temperatures=bad)
+            BargainEvalArgs(temperatures=bad)
 
 
 def test_rows_of_an_earlier_artifact_join_only_when_played_on_the_same_episodes(tmp_path, capsys):

@@ -254,7 +254,8 @@ def test_unusable_scenario_files_are_one_clear_line_and_a_failure(tmp_path, case
 
 
 def test_evaluating_ones_own_products_never_overwrites_the_shipped_artifact(tmp_path, monkeypatch):
-    from training.evaluate import EvalConfig, main
+    from training.evaluate import main
+    from training.games.bargain.config import BargainEvalArgs as EvalConfig
     shipped = (ROOT / "artifacts" / "eval_scripted.json").read_bytes()
     path = _write(tmp_path, [{"title": f"Lamp {i}", "list_price": 100 + i, "highest_price": 100 + i,
                               "lowest_price": 50} for i in range(20)], name="my_products.json")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_hub import FakeHub
-from training import hub
+from training.common import hub
 from training.common.provenance import command_line
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -114,7 +114,7 @@ def test_a_wheel_carries_every_package_and_imports_the_games(tmp_path):
 def test_provenance_calls_code_changes_dirty_but_not_artifacts_written_by_earlier_stages(tmp_path, monkeypatch):
     import subprocess
 
-    from training import provenance
+    from training.common import provenance
     repo = tmp_path / "repo"
     (repo / "artifacts").mkdir(parents=True)
     (repo / "code.py").write_text("x = 1\n")

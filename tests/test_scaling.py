@@ -126,7 +126,7 @@ def test_grpo_with_use_vllm_server_generates_every_turn_through_the_server(tiny,
     from trl import ModelConfig, TrlParser
 
     from env.bargain.scenarios import get_split
-    from training import grpo
+    from training.rl import run as grpo
     from training.engine.backends import TRLVLLMBackend
     from training.common.cli import parse
     from training.engine.rollout import LLMAgent

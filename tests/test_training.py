@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from training import sft
+from training.games.bargain.config import BargainEvalArgs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +81,7 @@ def test_sdpo_hindsight_never_shows_the_cost():
     from env.bargain.evaluation import episode_seed
     from env.bargain.scenarios import get_split
     from training.games.bargain.rollout import play_episodes
-    from training.sdpo import hindsight
+    from training.rl.hindsight import hindsight
 
     scenarios = get_split("builtin", "train")[:8]
     eps = [(s, episode_seed(i, 0, 1)) for i, s in enumerate(scenarios)]
@@ -136,7 +137,8 @@ def test_shipped_training_artifacts_follow_the_contract():
 
 def test_presets_keep_a_seller_out_of_training_and_the_full_one_trains_on_10k_episodes(tmp_path):
     from env.bargain.players import SELLERS
-    from training import grpo, pipeline
+    from training import pipeline
+    from training.rl import run as rl_run
     for preset in ("default", "full"):
         plan = dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin", preset))
         for name in ("sft", "grpo", "sdpo"):
@@ -155,7 +157,7 @@ def test_presets_keep_a_seller_out_of_training_and_the_full_one_trains_on_10k_ep
         gen = plan["generalisation"]
         assert gen[gen.index("--held_out_seller") + 1] == pipeline.HELD_OUT_SELLER
         steps = int(plan["grpo"][plan["grpo"].index("--max_steps") + 1])
-        cfg = grpo.HaggleGRPOConfig(output_dir=str(tmp_path))
+        cfg = rl_run.HaggleGRPOConfig(output_dir=str(tmp_path))
         episodes = steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
         assert episodes >= (10_000 if preset == "full" else 1_000), (preset, episodes)
         assert "sft_option_b" not in plan  # the ablation is asked for
@@ -206,7 +208,7 @@ def test_a_skipped_stage_leaves_its_model_out_of_every_evaluation(tmp_path):
 def test_code_version_follows_the_code_not_the_docs(tmp_path, monkeypatch):
     """The fingerprint a finished stage is matched by: a change under training/ changes it, a README
     change does not (so editing docs never retrains, and editing code always does)."""
-    from training import provenance
+    from training.common import provenance
     repo = tmp_path / "repo"
     (repo / "training").mkdir(parents=True)
     (repo / "env").mkdir()
@@ -270,7 +272,7 @@ def test_shipped_checkpoint_plays_offline():
 def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every_token_down():
     import torch
 
-    from training.sdpo import mixed_advantages
+    from training.rl.hindsight import mixed_advantages
     torch.manual_seed(0)
     student = -torch.rand(4, 10)
     teacher = student - 0.8 + 0.3 * torch.randn(4, 10)  # a teacher that scores everything lower, plus signal
@@ -306,7 +308,7 @@ def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny
         assert "[BUY]" not in trained, "the buyer's moves carry no loss"
     _, final = sft.main(["--smoke", "--model", str(tiny_dir), "--role", "seller", "--output_dir", str(tmp_path / "s"),
                          "--curve", ""])
-    art = evaluate.run(evaluate.EvalConfig(scenarios="builtin", buyers="expert", seller_model=str(final),
+    art = evaluate.run(BargainEvalArgs(scenarios="builtin", buyers="expert", seller_model=str(final),
                                            seller_name="llm_seller", limit=2, seeds=1, out="", transcripts="",
                                            progress=False, temperatures="0"))
     rows = [r for r in art["rows"] if r["seller"] == "llm_seller"]
@@ -349,7 +351,7 @@ def test_every_expert_reply_sft_teaches_fits_the_reply_budget_of_training_and_ev
     punishes the policy for writing what SFT taught it (GRPO's old 64 cut 19% of them)."""
     from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend
     from training.games.bargain import BargainGame
-    from training.grpo import GRPOScriptArguments
+    from training.rl.run import GRPOScriptArguments
     from training.engine.rollout import LLMAgent
 
     assert GRPOScriptArguments.max_new_tokens == SamplingConfig.max_new_tokens == REPLY_TOKENS

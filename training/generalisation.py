@@ -21,11 +21,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from transformers import HfArgumentParser
+
 from env.bargain.players import SELLERS
 from env.bargain.scenarios import is_union, resolve_source, union_parts
 from training.engine.backends import SamplingConfig
 from training.common.cli import parse
-from training.evaluate import EvalConfig, run
+from training.games.bargain import BargainGame
+from training.games.bargain.config import BargainEvalArgs
 from training.common.provenance import provenance, write_json
 
 ADVERSARIAL = ("begging", "insulting", "unyielding")
@@ -100,8 +103,6 @@ def studies(cfg: GeneralisationConfig) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from transformers import HfArgumentParser  # noqa: PLC0415
-
     (cfg, sampling), _ = parse(HfArgumentParser((GeneralisationConfig, SamplingConfig)),
                                list(sys.argv[1:] if argv is None else argv))
     start = time.perf_counter()
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
             entry.update(ran=False, why_not=study["why_not"], rows=[])
         else:
             print(f"[generalisation] {name}: {study['question']}", file=sys.stderr, flush=True)
-            art = run(EvalConfig(**study["options"]), sampling=sampling)
+            art = BargainGame.evaluate(BargainEvalArgs(**study["options"]), sampling)
             entry.update(ran=True, options={k: v for k, v in study["options"].items() if k != "progress"},
                          rows=[{**r, "study": name} for r in art["rows"]])
         out[name] = entry

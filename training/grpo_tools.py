@@ -22,11 +22,8 @@ from dataclasses import dataclass, field
 
 from env.bargain.players import SELLERS, parse_names
 from training.common.cli import parse
-from training.grpo import HaggleGRPOConfig
+from training.rl.run import HaggleGRPOConfig
 
-SMOKE_ARGS = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--num_generations", "2",
-              "--max_completion_length", "96", "--rows", "8", "--max_tool_calling_iterations", "3",
-              "--save_strategy", "no"]
 
 
 @dataclass
@@ -67,7 +64,7 @@ def main(argv: list[str] | None = None):
     from training.games.bargain.tools import HaggleToolEnv  # noqa: PLC0415
     from training.engine.models import load_model  # noqa: PLC0415
 
-    (script, cfg), argv = parse(TrlParser((ToolScriptArguments, ToolGRPOConfig)), argv, SMOKE_ARGS)
+    (script, cfg), argv = parse(TrlParser((ToolScriptArguments, ToolGRPOConfig)), argv, "grpo_tools")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     model, tok = load_model(script.model_name_or_path, device="cpu" if cfg.use_cpu else None, dtype="float32")
     env_url = script.env_url or os.environ.get("HAGGLE_ENV_URL", "")

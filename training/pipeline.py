@@ -24,35 +24,17 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
+from training.common.cli import RECIPES, recipe_flags
 from training.common.provenance import REPO_ROOT, code_version, git_commit, machine, provenance, write_json
 
 SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
         "chat_template.jinja", "lineage.json"]
 
 
-# Two presets of one command (README, "Training pipeline"); --smoke replaces the sizes with each
-# script's own tiny settings. ``default`` fits 60 minutes on this 2-core CPU; ``full`` is what the
-# shipped checkpoints and artifacts come from (about 2.5 hours here, in the background: every stage
-# resumes from its checkpoints, and finished stages are skipped on a rerun).
-PRESETS = {
-    "default": {"sft": ["--games", "3000"], "grpo": ["--max_steps", "30"], "sdpo": ["--max_steps", "30"],
-                "eval": ["--seeds", "2"], "gen": ["--seeds", "1"]},
-    # GRPO runs 160 steps of 64 episodes (10,240); SDPO 40 (2,560), compared with GRPO's curve at
-    # equal episodes (both curves log episodes per step). Measured here: SFT ~27 min, GRPO ~69 min,
-    # SDPO ~22 min, evaluation ~11 min, generalisation ~15 min (artifacts/pipeline.json).
-    # The option_b ablation (--ablation) adds another SFT (~25 min)
-    # The generalisation studies play one seed per product (two took 40 minutes here with SDPO among
-    # the buyers) and study the headline GRPO buyer and its SFT start; SDPO's comparison with GRPO is
-    # the evaluation's and the curves'.
-    "full": {"sft": ["--games", "4000"], "grpo": ["--max_steps", "160"], "sdpo": ["--max_steps", "40"],
-             "eval": ["--seeds", "2"], "gen": ["--seeds", "1"]},
-}
-# What both RL stages share in every preset (smoke included, so the tests run the same path): a KL
-# penalty to the SFT policy. Without it (beta 0) the full preset's GRPO collapsed to one repeated
-# offer after ~40 steps; a 40-step probe with beta 0.04 scored +0.181 on the test split against the
-# shipped beta-0 run's +0.100 (artifacts/probes/README.md). SDPO gets the same reference so the two
-# differ only in their advantages.
-RL_RECIPE = ["--beta", "0.04"]
+RECIPE = RECIPES / "pipeline.yaml"  # the presets and the RL recipe
+PRESETS = tuple(p for p in yaml.safe_load(RECIPE.read_text())["presets"] if p != "smoke")
 # What every training stage plays (SFT games, GRPO and SDPO episodes): the builtin catalog's train split
 # and generated products taking turns (env/bargain/synthetic.py: invented names, prices $3-$60,000),
 # so the buyer learns to read its prompt rather than the catalog's names and price shapes. The
@@ -77,7 +59,9 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
     from env.bargain.players import SELLERS  # noqa: PLC0415
 
     s = ["--smoke"] if smoke else []
-    size = {k: [] for k in ("sft", "grpo", "sdpo", "eval", "gen")} if smoke else PRESETS[preset]
+    size = {k: _stage_flags("smoke" if smoke else preset, k)
+            for k in ("sft", "grpo", "sdpo", "evaluate", "generalisation", "before_after")}
+    rl_recipe = recipe_flags(RECIPE, "rl")
     option_b = smoke or ablation
     trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
     tiny, sft = work / "tiny-base", work / "sft" / "final"
@@ -85,8 +69,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
               **({} if "sdpo" in skip else {"sdpo": work / "sdpo" / "final"})}
     if option_b:
         models["sft_option_b"] = work / "sft-option_b" / "final"
-    ev = ["--limit", "3", "--seeds", "1", "--max_new_tokens", "24"] if smoke else size["eval"]
-    gen = ev if smoke else size["gen"]
+    ev, gen = size["evaluate"], size["generalisation"]
 
     def sft_stage(out, curve, mode):
         return ["training/sft.py", *s, *size["sft"], *trained_sellers, "--scenarios", TRAIN_SCENARIOS,
@@ -94,7 +77,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
 
     def rl(script, out, curve):
-        return [f"training/{script}.py", *s, *size[script], *RL_RECIPE, *trained_sellers, "--scenarios", TRAIN_SCENARIOS,
+        return [f"training/{script}.py", *s, *size[script], *rl_recipe, *trained_sellers, "--scenarios", TRAIN_SCENARIOS,
                 "--model_name_or_path", str(sft),
                 "--output_dir", str(work / out), "--curve", str(art / curve)]
     plan = [
@@ -117,7 +100,7 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
         ("before_after", ["training/before_after.py", "--scenarios", eval_scenarios,
                           "--models", ",".join(f"{k}={models[k]}" for k in ("base", "sft", "grpo", "sdpo")
                                                if k in models),
-                          *(["--mutual", "2"] if smoke else []), "--out", str(art / "before_after.json")]),
+                          *size["before_after"], "--out", str(art / "before_after.json")]),
         ("generalisation", ["training/generalisation.py", "--train_source", TRAIN_SCENARIOS,
                             "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("sft", "grpo")),
                             "--held_out_seller", HELD_OUT_SELLER, *(["--seller_model", seller_model] if seller_model
@@ -125,6 +108,13 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
                             *gen, "--out", str(art / "eval_generalisation.json")]),
     ]
     return [(name, cmd) for name, cmd in plan if name not in skip]
+
+
+def _stage_flags(preset: str, stage: str) -> list[str]:
+    """The flags ``preset`` gives ``stage`` (none when the recipe names none)."""
+    presets = yaml.safe_load(RECIPE.read_text())["presets"]
+    return [flag for key, value in (presets[preset].get(stage) or {}).items()
+            for flag in (f"--{key}", str(value).lower() if isinstance(value, bool) else str(value))]
 
 
 def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:

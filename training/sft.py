@@ -29,7 +29,6 @@ from training.games import GameArguments, game_for
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
 DEFAULT_DIR = "runs/sft"
-SMOKE_ARGS = ["--games", "16", "--max_steps", "2", "--logging_steps", "1", "--save_steps", "1"]
 
 
 @dataclass
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None):
     from training.common.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
     from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
-    (script, cfg), argv = parse(TrlParser((SFTScriptArguments, HaggleSFTConfig)), argv, SMOKE_ARGS)
+    (script, cfg), argv = parse(TrlParser((SFTScriptArguments, HaggleSFTConfig)), argv, "sft")
     try:
         game = game_for(script)
     except ScenarioDataError as exc:

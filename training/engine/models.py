@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 from pathlib import Path
 
@@ -109,6 +110,13 @@ def build_tiny(out_dir: str | os.PathLike = DEFAULT_TINY_DIR, seed: int = 0, voc
     return model, tokenizer
 
 
+class ModelNotFound(ValueError):
+    """A model name that is neither a folder, a known name nor a Hub id; the message says which."""
+
+
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
 def resolve_model_path(name: str) -> str:
     """``tiny`` means the cached tiny model (built on first use); ``smollm2-135m`` (or its Hub id)
     the Hub where it answers, else SmolLM2 built once from its PyPI package (``training/engine/smollm2.py``);
@@ -116,6 +124,9 @@ def resolve_model_path(name: str) -> str:
     if smollm2.is_smollm2(name):
         return smollm2.resolve(name)
     if name != TINY:
+        if not Path(name).exists() and not _HUB_ID.fullmatch(name):
+            raise ModelNotFound(f"no model at {name!r}: not a folder here, not a known name (tiny, smollm2-135m) and "
+                                "not a Hub id (owner/name)")
         return name
     if not (DEFAULT_TINY_DIR / "config.json").exists():
         build_tiny(DEFAULT_TINY_DIR)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass, field
+from typing import Optional
 
+from env.bargain.evaluation import EVAL_SEED_BASE
+from env.bargain.protocol import REASONING_MODES
 from training.engine.backends import SamplingConfig
 
 
@@ -58,3 +62,33 @@ def reward_stats(records, num_generations: int, step: int, keys: list | None = N
             "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
             "reward_min": min(rewards), "reward_max": max(rewards),
             "frac_reward_zero_std": statistics.fmean(max(x) == min(x) for x in groups)}
+
+
+@dataclass
+class EvalArgs:
+    """What every game's evaluation takes (``training/evaluate.py``; each game adds its own options)."""
+
+    env: str = field(default="bargain", metadata={"help": "bargain (buyers x sellers) or market (policies x tasks)"})
+    seed_base: int = field(default=EVAL_SEED_BASE, metadata={"help": "first evaluation seed (training uses lower ones)"})
+    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a (Thought field) or option_b (<think>)"})
+    out: Optional[str] = field(default=None, metadata={"help": "artifact JSON path ('' for none; default: "
+                                                                "artifacts/eval_scripted.json or eval_market.json, and "
+                                                                "runs/eval/<name>.json for your own --scenarios file)"})
+    transcripts: Optional[str] = field(default=None, metadata={"help": "JSONL transcripts path ('' for none; default "
+                                                                        "beside the artifact's)"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
+    backend: str = field(default="transformers", metadata={"help": "transformers or vllm (local models)"})
+    batch_size: int = field(default=64, metadata={"help": "episodes played in lockstep per batch (model players)"})
+    device: str = field(default="", metadata={"help": "cpu, cuda... (default: cuda if available)"})
+
+    def __post_init__(self):
+        if self.seed_base < 0:
+            raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
+        if self.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}, got {self.reasoning_mode!r}")
+        if self.backend not in ("transformers", "vllm"):
+            raise ValueError(f"--backend must be transformers or vllm, got {self.backend!r}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")

@@ -14,11 +14,11 @@ from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
-from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import (GENERATED, PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, SOURCES, ScenarioDataError,
-                                   check_budget_factor, get_split, is_union, resolve_source, union_parts)
+from env.bargain.scenarios import (PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, ScenarioDataError, get_split, is_union,
+                                   resolve_source, union_parts)
 from training.engine.backends import SamplingConfig
-from training.games.base import build_agent, label, name_path
+from training.games.bargain.config import BargainEvalArgs
+from training.games.base import build_agent
 from training.common.provenance import provenance, write_json, write_jsonl
 
 
@@ -38,19 +38,7 @@ class BargainGame:
     role = "buyer"
     hindsight = True  # SDPO's feedback is written for this game's buyer
     publishable = True  # --push_to_hub publishes this game's buyer
-    out = "artifacts/eval_scripted.json"
-    transcripts = "artifacts/transcripts/eval_scripted.jsonl"
-
-    @classmethod
-    def outputs(cls, config) -> tuple[str, str]:
-        """Where an evaluation writes by default: the shipped artifact (which the Space reads) for
-        the shipped sources, ``runs/eval/<name>.json`` for a user's own products, so evaluating
-        them never overwrites what the Space shows."""
-        parts = config.scenarios.split("+") if is_union(config.scenarios) else [config.scenarios]
-        if all(p in ("auto", *SOURCES, *GENERATED) for p in parts):
-            return cls.out, cls.transcripts
-        name = "+".join(Path(p).stem or "products" for p in parts)
-        return f"runs/eval/{name}.json", f"runs/eval/{name}.jsonl"
+    EvalArgs = BargainEvalArgs  # what training/evaluate.py parses for this game
 
     def __init__(self, script):
         self.script = script
@@ -132,40 +120,6 @@ class BargainGame:
 
     # ------------------------------------------------------------------ evaluation
     @staticmethod
-    def check_eval(config) -> None:
-        """Parse the bilateral options of an ``EvalConfig`` (buyers, sellers, model players)."""
-        if config.split not in ("test", "train", "all"):
-            raise ValueError(f"--split must be test, train or all, got {config.split!r}")
-        if config.seeds < 1:
-            raise ValueError(f"--seeds must be at least 1, got {config.seeds}")
-        if config.limit < 0:
-            raise ValueError(f"--limit must be 0 (all) or positive, got {config.limit}")
-        if config.max_turns < 1:
-            raise ValueError(f"--max_turns must be at least 1, got {config.max_turns}")
-        config.model_buyers = {}
-        for item in (x.strip() for x in config.buyer_models.split(",") if x.strip()):
-            name, path = name_path(item, "--buyer_models", BUYERS)
-            config.model_buyers[name] = path
-        if config.buyer_model:
-            config.model_buyers = {config.buyer_name or label(config.buyer_model): config.buyer_model}
-            scripted = []
-        else:
-            scripted = [] if config.buyers == "none" else parse_names(config.buyers, BUYERS, "buyer")
-        config.model_modes = {}
-        for item in (x.strip() for x in config.buyer_modes.split(",") if x.strip()):
-            name, _, mode = (x.strip() for x in item.partition("="))
-            if name not in config.model_buyers:
-                raise ValueError(f"--buyer_modes names a buyer that is not a model buyer: {name!r}")
-            if mode not in REASONING_MODES:
-                raise ValueError(f"--buyer_modes: {name} must be one of {REASONING_MODES}, got {mode!r}")
-            config.model_modes[name] = mode
-        config.buyer_names = scripted + list(config.model_buyers)
-        if not config.buyer_names:
-            raise ValueError("no buyers to evaluate")
-        config.seller_names = ([config.seller_name or label(config.seller_model)] if config.seller_model
-                               else parse_names(config.sellers, SELLERS, "seller"))
-
-    @staticmethod
     def evaluate(config, sampling: SamplingConfig, command: str | None = None) -> dict:
         """Every buyer x seller cell on the split's products x seeds, plus a ``mix`` row per buyer."""
         from tqdm.auto import tqdm  # noqa: PLC0415
@@ -229,7 +183,7 @@ class BargainGame:
         if len(temps) > 1:  # the first temperature is the headline; the others are kept beside it
             others = [r for r in rows if r.get("temperature") not in (None, temps[0])]
             rows = [r for r in rows if r.get("temperature") in (None, temps[0])]
-        cfg = _recorded(config, ("tasks", "policies", "episodes", "models"))
+        cfg = {k: v for k, v in asdict(config).items() if k not in ("progress", "env")}
         if buyer_agents or seller_agent:
             cfg["sampling"] = asdict(sampling)
         cfg["dataset"] = dataset
@@ -321,14 +275,6 @@ def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, ta
                                     f"{theirs['seeds']} seeds each")
     return [{**r, **label} for r in rows], {**keep, "buyers": sorted(buyers), "products": theirs["products"],
                                             "sampling": other.get("sampling")}
-
-
-def _recorded(config, other_game: tuple[str, ...]) -> dict:
-    """The config as the artifact records it: this game's options (the same keys as before the
-    games shared one config), without the progress flag or the derived lists."""
-    derived = ("progress", "env", "model_buyers", "model_modes", "buyer_names", "seller_names", "task_names",
-               "policy_names", "model_paths")
-    return {k: v for k, v in asdict(config).items() if k not in derived and k not in other_game}
 
 
 def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[EpisodeMetrics], list[dict]]:

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from env.bargain.players import parse_names
-from env.bargain.protocol import REASONING_MODES
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, format_market_table
 from env.market.world import TASKS
 from training.engine.backends import SamplingConfig
-from training.games.base import build_agent, name_path
+from training.games.base import build_agent
+from training.games.market.config import MarketEvalArgs
 from training.common.provenance import provenance, write_json, write_jsonl
 
 
@@ -34,12 +34,8 @@ class MarketGame:
     role = "lab0"
     hindsight = False
     publishable = False
-    out = "artifacts/eval_market.json"
-    transcripts = "artifacts/transcripts/eval_market.jsonl"
+    EvalArgs = MarketEvalArgs  # what training/evaluate.py parses for this game
 
-    @classmethod
-    def outputs(cls, config) -> tuple[str, str]:
-        return cls.out, cls.transcripts
 
     def __init__(self, script):
         self.script = script
@@ -106,21 +102,6 @@ class MarketGame:
 
     # ------------------------------------------------------------------ evaluation
     @staticmethod
-    def check_eval(config) -> None:
-        from env.market import POLICIES  # noqa: PLC0415
-
-        config.task_names = parse_names(config.tasks, TASKS, "task")
-        config.policy_names = [] if config.policies == "none" else parse_names(config.policies, POLICIES, "policy")
-        config.model_paths = dict(name_path(x.strip(), "--models", POLICIES)
-                                  for x in config.models.split(",") if x.strip())
-        if not config.policy_names and not config.model_paths:
-            raise ValueError("nothing to evaluate: give --policies or --models")
-        if config.reasoning_mode not in REASONING_MODES:
-            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        if config.episodes < 2:
-            raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {config.episodes}")
-
-    @staticmethod
     def evaluate(config, sampling: SamplingConfig, command: str | None = None) -> dict:
         """Every task x policy over held-out seeds (+ one judged game per task)."""
         from tqdm.auto import tqdm  # noqa: PLC0415
@@ -146,11 +127,7 @@ class MarketGame:
                                                                      on_done=lambda _i: bar.update(1))]
                     rows.append(summarize(task, name, envs))
                     judged.setdefault(task, (name, envs[0]))
-        derived = ("progress", "task_names", "policy_names", "model_paths")
-        bargain_only = ("scenarios", "split", "budget_factor", "buyers", "sellers", "seeds", "limit", "max_turns",
-                        "transcripts_per_cell", "buyer_model", "buyer_name", "buyer_models", "buyer_modes",
-                        "seller_model", "seller_name")
-        cfg = {k: v for k, v in asdict(config).items() if k not in derived and k not in bargain_only}
+        cfg = {k: v for k, v in asdict(config).items() if k != "progress"}
         if config.model_paths:
             cfg["sampling"] = asdict(sampling)
         seeds = {"base": config.seed_base, "episodes": config.episodes, "rule": "episode k of every cell: seed base + k"}

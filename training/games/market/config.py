@@ -1,0 +1,41 @@
+"""The GPU market's evaluation options (``python training/evaluate.py --env market``): which
+policies in lab 0, on which tasks, over how many held-out seeds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from env.bargain.players import parse_names
+from env.market import POLICIES
+from env.market.world import TASKS
+from training.games.base import EvalArgs, name_path
+
+SHIPPED = ("artifacts/eval_market.json", "artifacts/transcripts/eval_market.jsonl")
+
+
+@dataclass
+class MarketEvalArgs(EvalArgs):
+    """Every policy in lab 0 of every task over held-out seeds, the world's archetypes in the other
+    labs, model labs (``--models``) beside the scripted policies."""
+
+    env: str = field(default="market", metadata={"help": "market (policies x tasks)"})
+    tasks: str = field(default="all", metadata={"help": "market tasks, comma list or all: " + ", ".join(TASKS)})
+    policies: str = field(default="all", metadata={"help": "market policies in lab 0, comma list or all (the expert, "
+                                                           "the baselines, idle)"})
+    episodes: int = field(default=500, metadata={"help": "market: held-out seeds per task x policy"})
+    models: str = field(default="", metadata={"help": "market: model labs added to --policies: name=path,... (tiny, "
+                                                      "a checkpoint folder or a Hub id), through the rollout engine"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.env != "market":
+            raise ValueError(f"these are the market's options; --env is {self.env!r}")
+        self.out = SHIPPED[0] if self.out is None else self.out
+        self.transcripts = SHIPPED[1] if self.transcripts is None else self.transcripts
+        self.task_names = parse_names(self.tasks, TASKS, "task")
+        self.policy_names = [] if self.policies == "none" else parse_names(self.policies, POLICIES, "policy")
+        self.model_paths = dict(name_path(x.strip(), "--models", POLICIES) for x in self.models.split(",") if x.strip())
+        if not self.policy_names and not self.model_paths:
+            raise ValueError("nothing to evaluate: give --policies or --models")
+        if self.episodes < 2:
+            raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {self.episodes}")

@@ -1,0 +1,290 @@
+"""What GRPO and SDPO share: on-policy episodes of the live game as TRL's ``rollout_func``, the
+policy and its frozen opponent, and what a finished run writes (the policy, its lineage, the
+training curve, and the FP8 checkpoint with its card on the Hub when asked).
+
+``training/grpo.py`` and ``training/sdpo.py`` are short scripts over this: ``prepare`` parses the
+command line and sets up an ``RLRun``; the script builds its TRL trainer from it; ``train_and_finish``
+trains (resuming from the run's last checkpoint) and writes what the run made.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object
+from datasets import Dataset
+from trl import GRPOConfig, ModelConfig, TrlParser
+
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.scenarios import ScenarioDataError
+from training.common.cli import parse
+from training.common.provenance import command_line, provenance, read_lineage, write_json, write_lineage
+from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend, TRLVLLMBackend
+from training.engine.models import ModelNotFound, load_model, save_adapter_base
+from training.engine.rollout import LLMAgent
+from training.games import GameArguments, game_for
+from training.games.base import reward_stats
+
+PROCESS_SEED_STRIDE = 1_000_003  # process k samples with seed + k * this
+DEFAULT_START = "runs/sft/final"  # where training/sft.py leaves the policy RL starts from
+
+
+@dataclass
+class GRPOScriptArguments(GameArguments):
+    seller_model: str = field(default="", metadata={"help": "a frozen model seller instead of the scripted mix"})
+    reasoning_mode: str = field(default="option_a", metadata={"help": "option_a or option_b"})
+    max_new_tokens: int = field(default=REPLY_TOKENS, metadata={"help": "tokens per buyer reply (the evaluation's "
+                                                                          "budget: replies as SFT taught them fit)"})
+    think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
+    curve: str = field(default="artifacts/grpo_training_curve.json", metadata={"help": "training-curve artifact "
+                                                                                       "('' for none)"})
+    episode_log: str = field(default="", metadata={
+        "help": "write the episodes each process plays to PATH.rank<N>.jsonl (step, process, dataset row, the "
+                "row's episode): how the tests check the split across processes ('' for none)"})
+    card_eval: str = field(default="artifacts/eval_results.json",
+                           metadata={"help": "evaluation artifact whose table goes into the model card (--push_to_hub)"})
+    smoke: bool = field(default=False, metadata={"help": "tiny run for tests (training/recipes/smoke/): 2 steps of 8 "
+                                                         "episodes (flags still win)"})
+
+    def __post_init__(self):
+        if self.reasoning_mode not in REASONING_MODES:
+            raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
+        super().__post_init__()
+
+
+@dataclass
+class HaggleGRPOConfig(GRPOConfig):
+    """TRL's GRPOConfig with defaults for this task: 64 episodes per step in groups of 8, no KL."""
+
+    output_dir: str = field(default="runs/grpo")
+    per_device_train_batch_size: int = field(default=8)
+    gradient_accumulation_steps: int = field(default=8)
+    num_generations: int = field(default=8)
+    max_completion_length: int = field(default=1024)
+    learning_rate: float = field(default=3e-5)
+    max_steps: int = field(default=30)
+    beta: float = field(default=0.0)
+    temperature: float = field(default=0.7)
+    logging_steps: float = field(default=1)
+    save_steps: float = field(default=10)
+    save_total_limit: int = field(default=2)
+    bf16: bool = field(default=False)
+    gradient_checkpointing: bool = field(default=False)
+    use_cpu: bool = field(default=not torch.cuda.is_available())
+    report_to: str = field(default="none")
+    seed: int = field(default=0)
+
+
+class EpisodeRollouts:
+    """The ``rollout_func``: plays whole episodes of the game with the current policy; keeps per-step
+    stats. A dataset row's prompt is the index of its episode in ``episodes`` (typed records, made
+    by the game's adapter)."""
+
+    def __init__(self, script: "GRPOScriptArguments", cfg: GRPOConfig, game, episodes: list, opponent=None):
+        self.script, self.cfg, self.game, self.episodes, self.opponent = script, cfg, game, episodes, opponent
+        self.backend = self.agent = None
+        self.steps: list[dict] = []
+
+    def _policy(self, trainer):
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if self.backend is None or self.backend.model is not model:
+            # each process samples its own episodes: its own generation seed
+            sampling = SamplingConfig(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                      max_new_tokens=self.script.max_new_tokens, think_tokens=self.script.think_tokens,
+                                      seed=self.cfg.seed + PROCESS_SEED_STRIDE * trainer.accelerator.process_index)
+            # --use_vllm: the turns are generated by the vLLM that TRL syncs (colocated or a server)
+            self.backend = TRLVLLMBackend(trainer, sampling) if self.cfg.use_vllm else \
+                TransformersBackend(model, trainer.processing_class, sampling)
+            self.agent = LLMAgent(self.backend, self.script.reasoning_mode, name="policy")
+        return self.agent
+
+    def __call__(self, prompts: list, trainer) -> dict:
+        agent = self._policy(trainer)
+        was_training = agent.backend.model.training
+        agent.backend.model.eval()
+        try:
+            records = self.game.play(agent, [self.episodes[int(p)] for p in prompts], self.opponent)
+        finally:
+            agent.backend.model.train(was_training)
+        self.last_records = records
+        step = trainer.state.global_step + 1
+        acc = trainer.accelerator
+        if self.script.episode_log:
+            with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:
+                for p in prompts:
+                    f.write(json.dumps({"step": step, "process": acc.process_index, "row": int(p),
+                                        "episode": asdict(self.episodes[int(p)])}) + "\n")
+        # the curve covers every process's episodes (gathered), grouped by dataset row wherever played
+        mine = [{"row": int(p), "reward": r.reward, "metrics": r.metrics} for p, r in zip(prompts, records)]
+        everyone = gather_object(mine) if acc.num_processes > 1 else mine
+        played = [SimpleNamespace(reward=e["reward"], metrics=e["metrics"]) for e in everyone]
+        self.steps.append({**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
+                           **self.game.step_stats(played), "processes": acc.num_processes})
+        limit = self.cfg.max_completion_length
+        return {
+            "prompt_ids": [r.prompt_ids for r in records],
+            "completion_ids": [r.completion_ids[:limit] for r in records],
+            "logprobs": [r.logprobs[:limit] for r in records],
+            "env_mask": [r.env_mask[:limit] for r in records],
+            "episode_reward": [r.reward for r in records],
+        }
+
+
+def episode_reward(completions, episode_reward, **_) -> list[float]:
+    """The environment's verifiable buyer reward, computed when the episode ended."""
+    return list(episode_reward)
+
+
+def curve_points(steps: list[dict], log_history: list[dict]) -> list[dict]:
+    """Our per-step rollout stats joined with TRL's logged loss and entropy for the same step."""
+    trl = {e["step"]: e for e in log_history if "loss" in e}
+    keys = ("loss", "learning_rate", "grad_norm", "entropy", "kl", "clip_ratio/region_mean", "sdpo/lambda",
+            "sdpo/gap_mean", "sdpo/demo_rate")
+    return [{**s, **{k: trl[s["step"]][k] for k in keys if k in trl.get(s["step"], {})}} for s in steps]
+
+
+@dataclass
+class RLRun:
+    """One GRPO-family run: what was asked (the parsed options, the command line), and what setup
+    made of it (the game, the policy and its tokenizer, the episodes and their rollouts, the Hub
+    target when publishing)."""
+
+    script: GRPOScriptArguments
+    cfg: GRPOConfig
+    model_args: ModelConfig
+    script_path: str
+    argv: list[str]
+    start: float = field(default_factory=time.perf_counter)
+    game: object = None
+    model: object = None
+    tokenizer: object = None
+    dataset: Dataset | None = None
+    rollouts: EpisodeRollouts | None = None
+    hub: dict | None = None
+
+    @property
+    def method(self) -> str:
+        return Path(self.script_path).stem.upper()
+
+    @property
+    def start_model(self) -> str:
+        return self.model_args.model_name_or_path or DEFAULT_START
+
+
+def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, default_curve: str,
+            default_dir: str) -> RLRun:
+    """Parse the command line (``--smoke`` reads ``training/recipes/smoke/<script>.yaml``) and set the
+    run up: the game (whose defaults may move the curve and checkpoints away from ``default_curve`` /
+    ``default_dir``), the publish checks (before any training), the policy, the frozen opponent, the
+    episodes and their rollouts."""
+    parser = TrlParser((script_cls, config_cls, ModelConfig))
+    (script, cfg, model_args), argv = parse(parser, argv, Path(script_path).stem)
+    run = RLRun(script, cfg, model_args, script_path, argv)
+    try:
+        run.game = game_for(script)
+    except ScenarioDataError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    run.game.defaults(cfg, default_curve, default_dir)
+    if cfg.push_to_hub:  # every check a push needs happens before any training
+        run.hub = _preflight(run)
+    try:
+        run.model, run.tokenizer = load_model(run.start_model, device="cpu" if cfg.use_cpu else None,
+                                              dtype="float32", trainable=True)
+    except ModelNotFound as exc:
+        raise SystemExit(f"error: {exc}; RL starts from a trained policy: run python training/sft.py first (it "
+                         f"writes {DEFAULT_START}), or pass --model_name_or_path, e.g. "
+                         "artifacts/checkpoints/sft-smollm2") from None
+    opponent = None
+    if script.seller_model:
+        sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
+        opponent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
+                            script.reasoning_mode, name="frozen-seller")
+    # episodes per step across every process: TRL's sampler draws from a dataset of this length with one
+    # seeded order, so N processes at 1/N of the per-device batch play exactly one process's episodes
+    rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * \
+        PartialState().num_processes
+    run.dataset = Dataset.from_dict({"prompt": [str(i) for i in range(rows)]})
+    run.rollouts = EpisodeRollouts(script, cfg, run.game, run.game.rows(rows), opponent)
+    return run
+
+
+def _preflight(run: RLRun) -> dict:
+    from training.common.hub import HubError, preflight  # noqa: PLC0415  (huggingface_hub only when publishing)
+
+    if not run.game.publishable:
+        print(f"--push_to_hub publishes the bilateral buyer (its card reads eval_results.json); it is not "
+              f"wired for --env {run.game.name}", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        hub = preflight(run.cfg.hub_model_id)
+    except HubError as exc:
+        raise SystemExit(f"--push_to_hub: {exc}") from None
+    print(f"will push the FP8 {run.method} buyer to {hub['repo_id']} as {hub['user']}", file=sys.stderr)
+    run.cfg.push_to_hub = False  # TRL's trainer would push every checkpoint; we publish once, after training
+    return hub
+
+
+def train_and_finish(trainer, run: RLRun) -> Path:
+    """Train (resuming from the last checkpoint in ``--output_dir``), then ``finish``."""
+    resumed = any(Path(run.cfg.output_dir).glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if resumed else None)
+    return finish(trainer, run, resumed)
+
+
+def finish(trainer, run: RLRun, resumed: bool) -> Path:
+    """Save the final policy (LoRA merged), its lineage and the training curve; publish when asked."""
+    script, cfg = run.script, run.cfg
+    final = Path(cfg.output_dir) / "final"
+    acc = trainer.accelerator
+    acc.wait_for_everyone()
+    if not acc.is_main_process:  # one writer: the main process saves the policy, the curve and any push
+        return final
+    lora = hasattr(trainer.model, "merge_and_unload")
+    trainer.model.save_pretrained(final)  # with LoRA: the adapter alone (a few MB) over its base
+    trainer.processing_class.save_pretrained(final)
+    write_lineage(final, run.start_model, Path(run.script_path).stem, role=run.game.role)
+    if lora:  # name the base as load_model finds it anywhere: the lineage's base model, else PEFT's record
+        upstream = read_lineage(run.start_model)
+        base = upstream["base_model"] if upstream else \
+            json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
+        save_adapter_base(final, base)
+    if script.curve:
+        _write_curve(trainer, run, final, resumed)
+    if run.hub:
+        final = _publish(trainer, run, final, lora)
+    return final
+
+
+def _write_curve(trainer, run: RLRun, final: Path, resumed: bool) -> None:
+    script, cfg = run.script, run.cfg
+    config = {"script": {k: v for k, v in asdict(script).items() if k not in ("seller_names", "task_names")},
+              "push_to_hub": bool(run.hub), "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
+              "model": run.start_model, "peft": run.model_args.use_peft, "train_products": len(run.game.train),
+              "checkpoint": str(final), "resumed": resumed, "world_size": trainer.accelerator.num_processes}
+    seeds = {"rows": run.game.seed_rule("rows"), "training_seed": cfg.seed}
+    write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - run.start,
+                                                       command_line(run.script_path, [run.script_path, *run.argv])),
+                              "points": curve_points(run.rollouts.steps, trainer.state.log_history)})
+
+
+def _publish(trainer, run: RLRun, final: Path, lora: bool) -> Path:
+    from training.common.hub import publish  # noqa: PLC0415  (huggingface_hub only when publishing)
+
+    if lora:  # the FP8 export needs whole weights: the adapter merged into its base, beside it
+        merged = final.with_name("final-merged")
+        trainer.model.merge_and_unload().save_pretrained(merged)
+        trainer.processing_class.save_pretrained(merged)
+        write_lineage(merged, str(final), "merge")
+        final = merged
+    url = publish(final, run.hub["repo_id"], method=run.method, reasoning_mode=run.script.reasoning_mode,
+                  curve_path=run.script.curve, eval_path=run.script.card_eval, python=run.hub["quantize_python"],
+                  private=run.cfg.hub_private_repo)
+    print(f"pushed the FP8 {run.method} buyer, its model card, curve and evaluation: {url}", file=sys.stderr)
+    return final
