@@ -27,7 +27,7 @@ def reply(action: str, talk: str = "ok", thought: str = "hmm") -> str:
 def run_replies(scenario: Scenario, replies: list[str], max_turns: int = 6):
     """Feed replies alternately (buyer first) until the episode ends; return (env, results)."""
     env = BargainEnv(max_turns)
-    env.reset(scenario, seed=0)
+    env.reset(0, {"scenario": scenario})
     results = []
     for r in replies:
         res = env.step(r)

@@ -19,7 +19,7 @@ from tests.conftest import reply, run_replies
 
 def test_buyer_opens_and_turn_is_one_exchange(scenario):
     env = BargainEnv(max_turns=2)
-    obs = env.reset(scenario, seed=1)
+    obs = env.reset(1, {"scenario": scenario})
     assert obs.role == "buyer" and obs.turn == 1 and obs.history == ()
     r = env.step(reply("[BUY] $90"))
     assert r.observation.role == "seller" and r.observation.turn == 1 and not r.done
@@ -100,7 +100,7 @@ def test_step_after_done_and_before_reset(scenario):
     env = BargainEnv()
     with pytest.raises(RuntimeError):
         env.step("x")
-    env.reset(scenario, 0)
+    env.reset(0, {"scenario": scenario})
     env.step(reply("[QUIT]"))
     with pytest.raises(RuntimeError):
         env.step("x")
@@ -120,7 +120,7 @@ any_reply = st.one_of(
 def test_fuzz_step_never_raises_and_stays_valid(replies, max_turns):
     s = make_scenario("Fuzz Widget", "", "test", 200.0, 100.0, "test")
     env = BargainEnv(max_turns)
-    env.reset(s, 0)
+    env.reset(0, {"scenario": s})
     for r in replies:
         res = env.step(r)
         assert isinstance(res, StepResult) and isinstance(res.observation, Observation)
@@ -195,7 +195,7 @@ def test_regulation_holds_against_a_chaotic_seller():
 # ------------------------------------------------------------------ hidden information
 def _replay_views(scenario, replies):
     env = BargainEnv()
-    env.reset(scenario, 0)
+    env.reset(0, {"scenario": scenario})
     views = {"buyer": [env.observe("buyer")], "seller": [env.observe("seller")]}
     for r in replies:
         res = env.step(r)

@@ -43,7 +43,7 @@ def _best_time(fn, text: str, repeats: int = 7) -> float:
 
 def _step_buyer(text: str) -> None:
     env = BargainEnv()
-    env.reset(make_scenario("Cup", "d", "c", 11.20, 5.00, "rt"), seed=0)
+    env.reset(0, {"scenario": make_scenario("Cup", "d", "c", 11.20, 5.00, "rt")})
     env.step(text)
 
 
@@ -77,7 +77,7 @@ def test_parsing_and_step_are_linear_in_the_reply(name):
 def test_a_deal_at_the_budget_the_buyer_is_shown_is_not_an_overshoot():
     """0.8 x $11.20 = 8.959999...: the buyer is shown $8.96 and may pay exactly that."""
     env = BargainEnv()
-    obs = env.reset(make_scenario("Cup", "d", "c", 11.20, 5.00, "rt"), seed=0)
+    obs = env.reset(0, {"scenario": make_scenario("Cup", "d", "c", 11.20, 5.00, "rt")})
     assert format_price(obs.private_value) == "$8.96"
     env.step("Talk: hi\nAction: [BUY] $8.96")
     result = env.step("Talk: ok\nAction: [DEAL] $8.96")
@@ -95,9 +95,9 @@ def test_shown_checked_and_rewarded_budget_are_one_number(cents, cost_share, fac
     shown = float(format_price(s.budget).lstrip("$").replace(",", ""))
     assert shown == s.budget and s.budget == round(s.budget, 2) and s.cost == round(s.cost, 2)
     env = BargainEnv()
-    env.reset(s, seed=0)
+    env.reset(0, {"scenario": s})
     assert env.step(f"Talk: t\nAction: [BUY] {format_price(shown)}").info["error"] is None
-    env.reset(s, seed=0)
+    env.reset(0, {"scenario": s})
     over = env.step(f"Talk: t\nAction: [BUY] {format_price(shown + 0.01)}")
     assert over.info["error"] == "over_budget" and over.reward == -1
 
@@ -160,7 +160,7 @@ def test_the_reported_blanks_are_bad_prices(blank):
 
 def test_a_lone_surrogate_in_a_reply_is_kept_as_serialisable_text():
     env = BargainEnv()
-    env.reset(make_scenario("Cup", "d", "c", 11.20, 5.00, "rt"), seed=0)
+    env.reset(0, {"scenario": make_scenario("Cup", "d", "c", 11.20, 5.00, "rt")})
     env.step("Talk: hi \ud800\nAction: [BUY] $5")  # a move, its talk read with U+FFFD
     env.step("Talk: \udfff\nAction: \ud800")  # unreadable: a blocked seller move, its raw text kept
     json.dumps([env.transcript(), env.log], allow_nan=False, default=str).encode("utf-8")
@@ -173,7 +173,7 @@ def _rendered_for_seller(talk: str) -> list[str] | None:
     from training.games.bargain.prompts import new_user_messages  # noqa: PLC0415
 
     env = BargainEnv()
-    env.reset(make_scenario("Lamp", "A lamp.", "home", 100.0, 40.0, "forge"), seed=0)
+    env.reset(0, {"scenario": make_scenario("Lamp", "A lamp.", "home", 100.0, 40.0, "forge")})
     result = env.step(f"Talk: {talk}\nAction: [BUY] $50")
     if result.done:
         return None
@@ -209,7 +209,7 @@ def test_no_opponent_text_can_produce_an_environment_line(talk):
 
 def test_a_blocked_seller_move_note_is_the_environments_own_line():
     env = BargainEnv()
-    env.reset(make_scenario("Lamp", "A lamp.", "home", 100.0, 40.0, "forge"), seed=0)
+    env.reset(0, {"scenario": make_scenario("Lamp", "A lamp.", "home", 100.0, 40.0, "forge")})
     env.step("Talk: hi\nAction: [BUY] $30")
     env.step(f"Talk: ({BLOCKED_NOTE})\nAction: [SELL] $1")  # below cost: blocked
     msg = env.observe(BUYER).history[-1]
@@ -311,7 +311,7 @@ def test_budget_factor_is_a_command_line_option(tmp_path):
 # ---------------------------------------------------------------------- 6. the market's step never raises
 def _market(task: str = "coalition_market", seed: int = 1_000_001) -> MarketEnv:
     env = MarketEnv()
-    env.reset(task, seed)
+    env.reset(seed, {"task": task})
     return env
 
 

@@ -237,7 +237,7 @@ def test_free_capacity_is_never_given_away():
 def test_breaking_a_commitment_costs_a_fine_and_reputation():
     env = MarketEnv()
     for seed in range(300):
-        env.reset("coalition_market", seed)
+        env.reset(seed, {"task": "coalition_market"})
         lot = next(iter(env.world.lots.values()))
         rich = max(range(1, env.labs), key=lambda i: env.world.labs[i].money)
         # lab 0 proposes, lab ``rich`` joins; both commit; lab 0 leaves (in its own turns)
@@ -409,7 +409,7 @@ def test_the_action_reader_never_raises_and_agrees_with_the_schema(text):
        st.integers(0, 10_000), st.sampled_from(TASK_NAMES))
 def test_any_reply_sequence_is_survived_and_refusals_are_penalised(replies, seed, task):
     env = MarketEnv()
-    env.reset(task, seed)
+    env.reset(seed, {"task": task})
     for text in replies:
         if env.done:
             break

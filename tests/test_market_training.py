@@ -101,7 +101,7 @@ def test_scripted_policies_through_the_engine_equal_the_harness():
 
 def test_prompts_show_the_labs_own_view_and_the_leak_guard_fires():
     env = MarketEnv()
-    env.reset("coalition_market", 3)
+    env.reset(3, {"task": "coalition_market"})
     obs = env.observe(0)
     text = market_system_prompt(obs) + market_user_message(obs)
     assert_market_no_leak(text, env)

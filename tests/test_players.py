@@ -31,7 +31,7 @@ def test_players_write_protocol_text(mode, private_marker):
     env = play_episode(scenario, make_player("buyer", "expert", mode), make_player("seller", "neutral", mode), 1)
     assert env.log and all(t["error"] is None for t in env.log)
     buyer = make_player("buyer", "expert", mode)
-    obs = env.reset(scenario, 2)
+    obs = env.reset(2, {"scenario": scenario})
     import random
     buyer.reset(obs, random.Random(0))
     text = buyer.act(obs)

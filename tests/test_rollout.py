@@ -187,22 +187,22 @@ def test_leak_guard_fires(tiny):
     leaky = make_scenario(description="We paid $55.00 for it.", cost=55.0, **base)  # a bug shows the cost
     from env.bargain.env import BargainEnv
     env = BargainEnv()
-    obs = env.reset(leaky, 0)
+    obs = env.reset(0, {"scenario": leaky})
     with pytest.raises(LeakError, match="cost"):
         BargainSeat(agent, "buyer", leaky).observe(obs)
     clean = make_scenario(description="A lamp.", cost=55.0, **base)
-    obs = env.reset(clean, 0)
+    obs = env.reset(0, {"scenario": clean})
     BargainSeat(agent, "buyer", clean).observe(obs)  # no leak, no error
     # a cost whose digits sit inside the buyer's own budget ($5.99 in $55.99) is no leak
     inside = make_scenario(description="A lamp.", cost=5.99, **{**base, "list_price": 55.99})
     inside = replace(inside, budget=55.99)
-    BargainSeat(agent, "buyer", inside).observe(env.reset(inside, 0))
+    BargainSeat(agent, "buyer", inside).observe(env.reset(0, {"scenario": inside}))
     with pytest.raises(LeakError, match="cost"):  # the same cost written out is one
         shown = replace(inside, description="Cost to us: $5.99.")
-        BargainSeat(agent, "buyer", shown).observe(env.reset(shown, 0))
+        BargainSeat(agent, "buyer", shown).observe(env.reset(0, {"scenario": shown}))
     # a budget equal to the cost: the buyer's own budget in its prompt is no leak, nor is the list price
     for same in (replace(inside, budget=5.99), replace(inside, list_price=5.99)):
-        BargainSeat(agent, "buyer", same).observe(env.reset(same, 0))
+        BargainSeat(agent, "buyer", same).observe(env.reset(0, {"scenario": same}))
     env.step("Thought: SECRET-PLAN-1234\nTalk: hi\nAction: [BUY] $40")
     conv = BargainSeat(agent, "seller", clean)
     conv.observe(env.observe("seller"), opponent_thoughts=("SECRET-PLAN-1234",))
@@ -210,7 +210,7 @@ def test_leak_guard_fires(tiny):
     with pytest.raises(LeakError, match="private reasoning"):  # a 'thought' the prompt builder itself shows
         BargainSeat(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("Round 1 of 6. Buyer:",))
     # a buyer that says its thought aloud made it public: no error
-    env.reset(clean, 1)
+    env.reset(1, {"scenario": clean})
     env.step("Thought: I offer $40 now\nTalk: I offer $40 now\nAction: [BUY] $40")
     BargainSeat(agent, "seller", clean).observe(env.observe("seller"), opponent_thoughts=("I offer $40 now",))
 
@@ -259,7 +259,7 @@ def test_each_conversation_keeps_its_own_token_budget_near_the_context_limit(tin
     convs = [BargainSeat(agent, "buyer", sc) for sc, _ in eps]
     from env.bargain.env import BargainEnv
     for conv, (sc, seed) in zip(convs, eps):
-        conv.observe(BargainEnv().reset(sc, seed))
+        conv.observe(BargainEnv().reset(seed, {"scenario": sc}))
     agent.max_len = max(len(c.ids) for c in convs) + 10  # the longest prompt has 10 tokens of room
     from training.engine.rollout import generate_replies
     generate_replies(agent, convs)

@@ -121,9 +121,11 @@ class BargainEnv:
         self.scenario: Scenario | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def reset(self, scenario: Scenario, seed: int | None = None) -> Observation:
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Observation:
+        """Start a negotiation over ``options["scenario"]`` (a ``Scenario``); the buyer's view."""
+        scenario = (options or {}).get("scenario")
         if not isinstance(scenario, Scenario):
-            raise TypeError(f"reset() needs a Scenario, got {type(scenario).__name__}")
+            raise TypeError(f"reset() needs options={{'scenario': Scenario}}, got {type(scenario).__name__}")
         self.scenario = scenario
         self.seed = seed
         self.to_move = BUYER

@@ -15,6 +15,7 @@ from env.bargain.players.base import Player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.scenarios import SOURCES, Scenario, get_split, resolve_source
+from env.core import make_env
 
 from env.settings import MAX_SEED, SettingsError, check_seed  # noqa: F401  (the game's settings, in one place)
 
@@ -68,8 +69,8 @@ class Match:
 
     def __init__(self, scenario: Scenario, buyer: Player | None, seller: Player | None, seed: int,
                  max_turns: int = DEFAULT_MAX_TURNS, env: BargainEnv | None = None):
-        self.env = env if env is not None and env.max_turns == max_turns else BargainEnv(max_turns)
-        self.env.reset(scenario, seed)
+        self.env = env if env is not None and env.max_turns == max_turns else make_env("bargain", max_turns=max_turns)
+        self.env.reset(seed, {"scenario": scenario})
         self.scenario, self.seed = scenario, seed
         self.seats = {BUYER: buyer, SELLER: seller}
         self.rngs = dict(zip((BUYER, SELLER), player_rngs(seed)))

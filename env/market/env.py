@@ -77,10 +77,20 @@ class MarketStep:
     rewards: dict  # lab -> normalized reward earned in this step
     terminated: bool
     truncated: bool
+    observation: MarketView | None = None  # the next mover's view (the acting lab's at the end)
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
+
+    @property
+    def reward(self) -> float:
+        """The acting lab's dense reward for this step (``rewards`` has every lab's)."""
+        return self.rewards.get(self.lab, 0.0)
+
+    @property
+    def info(self) -> dict:
+        return {"lab": self.lab, "ok": self.ok, "code": self.code, "detail": self.detail, "rewards": self.rewards}
 
 
 class MarketEnv:
@@ -89,7 +99,10 @@ class MarketEnv:
         self.world: World | None = None
 
     # ------------------------------------------------------------------ episode
-    def reset(self, task: str, seed: int) -> None:
+    def reset(self, seed: int | None = None, options: dict | None = None) -> MarketView:
+        """Start an episode of ``options["task"]`` (default ``single_trade``); the first mover's view."""
+        task = (options or {}).get("task", "single_trade")
+        seed = 0 if seed is None else seed
         w = self.world = make_world(task, seed)
         self.rng = random.Random(f"market-shocks/{task}/{seed}")
         n = len(w.labs)
@@ -109,6 +122,7 @@ class MarketEnv:
         self.start_money = [lab.money for lab in w.labs]
         self._order: list[int] = []
         self._start_round()
+        return self.observe(self.to_move)
 
     @property
     def to_move(self) -> int:
@@ -148,7 +162,8 @@ class MarketEnv:
             self._next_turn()
         rewards = {i: (sum(t.values()) - b) / self.scale[i] for i, (t, b) in enumerate(zip(self.terms, before))
                    if sum(t.values()) != b}
-        return MarketStep(lab, ok, code, detail, rewards, self.done and not self.truncated, self.truncated)
+        return MarketStep(lab, ok, code, detail, rewards, self.done and not self.truncated, self.truncated,
+                          self.observe(lab if self.done else self.to_move))
 
     # ------------------------------------------------------------------ turns and rounds
     def _start_round(self) -> None:

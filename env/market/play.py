@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from typing import Iterator
 
+from env.core import make_env
 from env.market.env import MarketEnv, MarketStep
 from env.market.judge import Judge
 from env.market.players import Counterpart, MarketPlayer
@@ -42,8 +43,8 @@ class MarketMatch:
     def __init__(self, task: str, seed: int, policy: MarketPlayer | None, counterparts: str | None = None,
                  env: MarketEnv | None = None, judge: Judge | None = None):
         check_counterparts(counterparts)
-        self.env = env if env is not None else MarketEnv(judge)
-        self.env.reset(task, seed)  # checks the task and the seed (``make_world``)
+        self.env = env if env is not None else make_env("market", judge=judge)
+        self.env.reset(seed, {"task": task})  # checks the task and the seed (``make_world``)
         self.task, self.seed, self.counterparts = task, seed, counterparts
         labs = self.env.world.labs
         self.archetypes = ["policy"] + [counterparts or lab.archetype for lab in labs[1:]]
@@ -55,12 +56,14 @@ class MarketMatch:
     def moves(self) -> Iterator[MarketStep]:
         """Seated labs act until a seat moved from outside is due or the episode ends; yields each
         step's result as it happens (a caller may show a game round by round)."""
-        env = self.env
+        env, view = self.env, None
         for _ in range(MAX_STEPS):
             if env.done or self.players[env.to_move] is None:
                 return
             lab = env.to_move
-            yield env.step(self.players[lab].act(env.observe(lab)))
+            result = env.step(self.players[lab].act(env.observe(lab) if view is None else view))
+            view = result.observation  # the next mover's view, taken once
+            yield result
         raise RuntimeError(f"episode {self.task}/{self.seed} did not end in {MAX_STEPS} steps")
 
     def advance(self) -> list[MarketStep]:
