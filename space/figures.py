@@ -422,7 +422,7 @@ def before_after_summary(g: dict, buyers: list[str]) -> str:
 
 def transcript_messages(t: dict) -> list[dict]:
     """A stored transcript as chat messages (as the Play tab shows them), then its ending."""
-    from space.games import turn_messages  # noqa: PLC0415
+    from space.bargain import turn_messages  # noqa: PLC0415
     out = turn_messages(t["turns"])
     m = t["metrics"]
     out.append({"role": "assistant", "content": f"*End: {m['end_reason']}"

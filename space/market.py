@@ -18,9 +18,7 @@ import functools
 import json
 import re
 import secrets
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from env.market import rules
 from env.market.actions import ACTION_DOCS, EXAMPLES, MAX_ACTION_CHARS, Invalid, parse_action
@@ -30,7 +28,7 @@ from env.market.evaluation import transcript
 from env.market.play import MarketMatch
 from env.market.players import POLICIES, make_policy
 from env.market.world import ACTIONS_PER_TURN, ARCHETYPES, LOT_PRICE, SPOT_PRICE, TASKS
-from space.sessions import GameError, SessionStore, as_game_error
+from space.sessions import GameError, Session, SessionStore, as_game_error
 
 HUMAN = "human"
 WORLD = "world"  # counterparts: each lab's archetype as the seed draws it
@@ -40,13 +38,11 @@ TEMPLATES = {"wait": EXAMPLES["wait"], **EXAMPLES}  # what a person can start fr
 
 
 @dataclass
-class MarketGame:
-    id: str
+class MarketSession(Session):
+    """A live market game: the policy in lab 0 and the counterparts in the others."""
+
     policy: str
     counterparts: str
-    match: MarketMatch
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    touched: float = field(default_factory=time.monotonic)
 
     @property
     def env(self) -> MarketEnv:
@@ -62,11 +58,11 @@ def check_choice(value, options, what: str) -> str:
         return settings.check_choice(value, options, what)
 
 
-class MarketGames(SessionStore):
+class MarketSessions(SessionStore):
     """Live market games by session id (bounded, forgotten after ``idle_s`` idle seconds)."""
 
     def new_game(self, task: str = "single_trade", policy: str = "expert", seed: int = 0,
-                 counterparts: str = WORLD, advance: bool = True) -> MarketGame:
+                 counterparts: str = WORLD, advance: bool = True) -> MarketSession:
         """A game with every seat filled and (unless ``advance`` is False) agents advanced to the
         person's first move (or the end, when agents alone play); not stored."""
         check_choice(task, TASKS, "task")
@@ -75,13 +71,13 @@ class MarketGames(SessionStore):
         with as_game_error():
             match = MarketMatch(task, settings.check_seed(seed), None if policy == HUMAN else make_policy(policy),
                                 None if counterparts == WORLD else counterparts)
-        game = MarketGame(secrets.token_hex(16), policy, counterparts, match)
+        game = MarketSession(secrets.token_hex(16), match, policy=policy, counterparts=counterparts)
         if advance:
             match.advance()
         return game
 
     @staticmethod
-    def view(game: MarketGame) -> dict:
+    def view(game: MarketSession) -> dict:
         return view(game)
 
     def act(self, session_id: str, action) -> dict:
@@ -151,7 +147,7 @@ def from_one(x, by: int = 1):
     return x
 
 
-def view(game: MarketGame) -> dict:
+def view(game: MarketSession) -> dict:
     """The game as its viewer may see it, JSON-ready (see the module docstring). Rounds, job
     deadlines and block starts are numbered from 1 (round 1 of ``rounds``), as on the page."""
     env, w = game.env, game.env.world

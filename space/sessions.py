@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from env.bargain.play import SettingsError
 
@@ -23,9 +24,23 @@ def as_game_error():
         raise GameError(str(exc)) from None
 
 
+@dataclass
+class Session:
+    """One live game under its session id: the game's driver (``match``), a lock for its moves, and
+    when it was last touched (idle sessions are forgotten)."""
+
+    id: str
+    match: object
+    lock: threading.Lock = field(default_factory=threading.Lock, kw_only=True)
+    touched: float = field(default_factory=time.monotonic, kw_only=True)
+
+    @property
+    def env(self):
+        return self.match.env
+
+
 class SessionStore:
-    """Games (anything with ``id``, ``touched`` and ``lock``) by session id; a subclass makes them
-    (``new_game``) and shows them (``view``)."""
+    """``Session``s by session id; a subclass makes them (``new_game``) and shows them (``view``)."""
 
     view = staticmethod(lambda game: game)
 

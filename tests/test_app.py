@@ -92,7 +92,7 @@ def test_before_after_and_artifact_views():
 
 def test_the_model_is_offered_only_in_the_roles_it_was_trained_for(tmp_path, monkeypatch):
     from space import model as seat
-    from space.games import choices
+    from space.bargain import choices
     from training.common.provenance import trained_roles
     assert seat.model_roles() == ["buyer"], "the shipped checkpoint is a buyer"
     assert "model" in choices("buyer", seat.model_roles()) and "model" not in choices("seller", seat.model_roles())

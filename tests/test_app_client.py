@@ -8,7 +8,7 @@ import pytest
 from gradio_client import Client
 
 from env.market import make_policy, play_market
-from space.games import GameStore
+from space.bargain import BargainSessions
 from space.market import from_one
 from tests.test_space_market import expert_person
 
@@ -48,7 +48,7 @@ def play_remote(client: Client, buyer: str, seller: str, product: int, seed: int
 
 
 def play_local(buyer: str, seller: str, product: int, seed: int) -> dict:
-    store = GameStore()
+    store = BargainSessions()
     state = store.start(buyer=buyer, seller=seller, product=product, seed=seed)
     k = 0
     while not state["done"]:
@@ -157,7 +157,7 @@ def test_the_pages_client_example_works_when_copied(url, capsys):
 
 
 class RemoteMarket:
-    """The market API through ``gradio_client``, shaped like ``MarketGames`` (start/act)."""
+    """The market API through ``gradio_client``, shaped like ``MarketSessions`` (start/act)."""
 
     def __init__(self, client: Client):
         self.client = client

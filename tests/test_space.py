@@ -14,10 +14,10 @@ from env.bargain.players import make_player
 from env.bargain.protocol import MAX_TALK_CHARS, parse_reply
 from env.bargain.rules import BUYER, SELLER
 from space import figures as F
-from space.games import HUMAN, GameError, GameStore, human_reply, pick_scenario
+from space.bargain import HUMAN, GameError, BargainSessions, human_reply, pick_scenario
 
 
-def offers_until_done(store: GameStore, state: dict, fractions=(0.6, 0.7, 0.8, 0.85, 0.9, 0.95)) -> dict:
+def offers_until_done(store: BargainSessions, state: dict, fractions=(0.6, 0.7, 0.8, 0.85, 0.9, 0.95)) -> dict:
     """A person who offers a rising share of their budget (buyer) or asks falling multiples of
     their cost (seller) until the game ends."""
     sid, k = state["session_id"], 0
@@ -32,7 +32,7 @@ def offers_until_done(store: GameStore, state: dict, fractions=(0.6, 0.7, 0.8, 0
 
 
 def test_person_as_buyer_sees_only_their_side_until_the_end():
-    store = GameStore()
+    store = BargainSessions()
     state = store.start(buyer=HUMAN, seller="begging", seed=11)
     game = store.get(state["session_id"])
     cost = f"{game.match.scenario.cost:,.2f}"
@@ -50,7 +50,7 @@ def test_person_as_buyer_sees_only_their_side_until_the_end():
 
 
 def test_person_as_seller_never_sees_the_budget_while_playing():
-    store = GameStore()
+    store = BargainSessions()
     state = store.start(buyer="expert", seller=HUMAN, seed=3, product=5)
     budget = f"{store.get(state['session_id']).match.scenario.budget:,.2f}"
     assert state["to_move"] == SELLER and state["messages"], "the agent buyer opens before the person answers"
@@ -63,7 +63,7 @@ def test_person_as_seller_never_sees_the_budget_while_playing():
 def test_person_game_equals_a_scripted_game_with_the_same_moves():
     """The person's moves go through the same environment as any agent's: replaying them gives
     the same transcript, and the reward is in [-1, 1] with no deal below cost."""
-    store = GameStore()
+    store = BargainSessions()
     state = offers_until_done(store, store.start(buyer=HUMAN, seller="neutral", seed=5, product=2))
     t = state["transcript"]
     seller_cost = t["scenario"]["cost"]
@@ -75,14 +75,14 @@ def test_person_game_equals_a_scripted_game_with_the_same_moves():
 
 
 def test_sessions_are_isolated_when_interleaved():
-    store = GameStore()
+    store = BargainSessions()
     a = store.start(buyer=HUMAN, seller="conceder", seed=1, product=0)
     b = store.start(buyer=HUMAN, seller="boulware", seed=2, product=1)
     assert a["session_id"] != b["session_id"]
     for k in range(3):  # interleave moves of the two games
         a = store.reply(a["session_id"], "offer", round(a["budget"] * (0.5 + 0.05 * k), 2), "a") if not a["done"] else a
         b = store.reply(b["session_id"], "offer", round(b["budget"] * (0.55 + 0.05 * k), 2), "b") if not b["done"] else b
-    alone = GameStore()
+    alone = BargainSessions()
     a2 = alone.start(buyer=HUMAN, seller="conceder", seed=1, product=0)
     for k in range(3):
         a2 = alone.reply(a2["session_id"], "offer", round(a2["budget"] * (0.5 + 0.05 * k), 2), "a") if not a2["done"] \
@@ -91,7 +91,7 @@ def test_sessions_are_isolated_when_interleaved():
 
 
 def test_agents_only_game_matches_play_episode():
-    store = GameStore()
+    store = BargainSessions()
     game = store.new_game(buyer="expert", seller="tit_for_tat", product=4, seed=9, reasoning_mode="option_b")
     _, scenario = pick_scenario("builtin", "test", 4, 9)
     env = play_episode(scenario, make_player("buyer", "expert", "option_b"),
@@ -114,11 +114,11 @@ def test_agents_only_game_matches_play_episode():
 ])
 def test_bad_game_settings_are_clear_errors(kwargs, match):
     with pytest.raises(GameError, match=match):
-        GameStore().start(**kwargs)
+        BargainSessions().start(**kwargs)
 
 
 def test_bad_moves_are_refused_and_leave_the_game_unchanged():
-    store = GameStore()
+    store = BargainSessions()
     state = store.start(buyer=HUMAN, seller="neutral", seed=4)
     sid = state["session_id"]
     for args, match in [(("offer", None, ""), "positive price"), (("offer", -3.0, ""), "positive price"),
@@ -136,7 +136,7 @@ def test_bad_moves_are_refused_and_leave_the_game_unchanged():
 
 
 def test_agent_games_take_no_moves_and_finished_games_refuse_more():
-    store = GameStore()
+    store = BargainSessions()
     watch = store.start(buyer="expert", seller="neutral", seed=1)
     assert watch["done"] and "cost" in watch and "budget" in watch
     with pytest.raises(GameError, match="no person plays"):
@@ -149,14 +149,14 @@ def test_agent_games_take_no_moves_and_finished_games_refuse_more():
 
 
 def test_session_cap_and_idle_expiry():
-    store = GameStore(max_sessions=2)
+    store = BargainSessions(max_sessions=2)
     first = store.start(seed=1)
     store.start(seed=2)
     with pytest.raises(GameError, match="limit of 2"):
         store.start(seed=3)
     store.end(first["session_id"])
     store.start(seed=3)
-    quick = GameStore(idle_s=0.0)
+    quick = BargainSessions(idle_s=0.0)
     old = quick.start(seed=1)
     quick.start(seed=2)  # expires the idle one
     with pytest.raises(GameError, match="unknown session"):

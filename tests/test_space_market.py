@@ -10,7 +10,7 @@ import app
 from env.market import TASKS, make_policy, play_market
 from env.market.evaluation import summarize
 from env.market.play import seat_rng
-from space.market import HUMAN, MarketGames, card_markdown, from_one, human_action, rounds_markdown, view
+from space.market import HUMAN, MarketSessions, card_markdown, from_one, human_action, rounds_markdown, view
 from space.sessions import GameError
 
 
@@ -32,7 +32,7 @@ def expert_person(store, task: str, seed: int, act=None):
 @pytest.mark.parametrize("task", list(TASKS))
 def test_a_person_playing_like_the_expert_gets_the_experts_game(task):
     for seed in (0, 5):
-        state, _ = expert_person(MarketGames(), task, seed)
+        state, _ = expert_person(MarketSessions(), task, seed)
         env = play_market(task, seed, make_policy("expert"))
         assert state["steps"] == from_one(env.transcript)
         assert state["outcome"]["reward"] == pytest.approx(env.outcome(0)["reward"])
@@ -40,7 +40,7 @@ def test_a_person_playing_like_the_expert_gets_the_experts_game(task):
 
 @pytest.mark.parametrize("task", list(TASKS))
 def test_agents_only_games_equal_the_harness_and_show_everything(task):
-    store = MarketGames()
+    store = MarketSessions()
     for policy in ("expert", "greedy_bidder", "random_valid"):
         state = store.start(task=task, policy=policy, seed=11)
         env = play_market(task, 11, make_policy(policy))
@@ -56,7 +56,7 @@ def test_agents_only_games_equal_the_harness_and_show_everything(task):
 
 
 def test_counterparts_can_be_one_chosen_archetype():
-    store = MarketGames()
+    store = MarketSessions()
     state = store.start(task="market_round", policy="expert", seed=4, counterparts="selfish")
     assert [lab["archetype"] for lab in state["labs_info"][1:]] == ["selfish"] * 3
     assert state["steps"] == from_one(play_market("market_round", 4, make_policy("expert"),
@@ -66,7 +66,7 @@ def test_counterparts_can_be_one_chosen_archetype():
 def test_a_person_never_sees_another_labs_private_facts():
     for task in TASKS:
         for seed in range(4):
-            state, seen = expert_person(MarketGames(), task, seed)
+            state, seen = expert_person(MarketSessions(), task, seed)
             labs = state["labs_info"]  # revealed at the end
             for s in seen[:-1]:
                 text = json.dumps(s)
@@ -81,7 +81,7 @@ def test_a_person_never_sees_another_labs_private_facts():
 
 
 def test_sessions_are_isolated_and_bounded():
-    store = MarketGames(max_sessions=2)
+    store = MarketSessions(max_sessions=2)
     a = store.start(task="market_round", policy=HUMAN, seed=1)
     b = store.start(task="market_round", policy=HUMAN, seed=2)
     with pytest.raises(GameError, match="limit"):
@@ -99,7 +99,7 @@ def test_sessions_are_isolated_and_bounded():
     ('{"action": "buy_spot", "hours": -3}', "bad_value"), ("{" + "x" * 5000, "too long"), (42, "one JSON object"),
 ])
 def test_unreadable_person_actions_are_refused_without_a_penalty(action, match):
-    store = MarketGames()
+    store = MarketSessions()
     state = store.start(task="single_trade", policy=HUMAN, seed=0)
     with pytest.raises(GameError, match=match):
         store.act(state["session_id"], action)
@@ -108,7 +108,7 @@ def test_unreadable_person_actions_are_refused_without_a_penalty(action, match):
 
 
 def test_a_well_formed_action_the_rules_refuse_is_played_and_penalised():
-    store = MarketGames()
+    store = MarketSessions()
     state = store.start(task="single_trade", policy=HUMAN, seed=0)
     state = store.act(state["session_id"], human_action({"action": "accept", "offer": "o99"}))
     assert state["your_steps"][-1]["code"] == "unknown_offer" and "unknown_offer" in rounds_markdown(state)
@@ -122,7 +122,7 @@ def test_a_well_formed_action_the_rules_refuse_is_played_and_penalised():
 ])
 def test_bad_game_settings_are_clear_errors(kwargs, match):
     with pytest.raises(GameError, match=match):
-        MarketGames().start(**{"task": "single_trade", "policy": "expert", "seed": 0, **kwargs})
+        MarketSessions().start(**{"task": "single_trade", "policy": "expert", "seed": 0, **kwargs})
 
 
 def test_market_api_functions():
@@ -142,7 +142,7 @@ def test_market_api_functions():
 
 def test_the_api_numbers_rounds_from_one_as_the_page_does():
     """Rounds, deadlines and block starts read the same in the API (and MCP) as on the page."""
-    store = MarketGames()
+    store = MarketSessions()
     for task in TASKS:
         env = play_market(task, 3, make_policy("expert"))
         state = store.start(task=task, policy="expert", seed=3)
@@ -165,7 +165,8 @@ def test_the_api_numbers_rounds_from_one_as_the_page_does():
 
 
 def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
-    monkeypatch.setattr(app, "PACE_S", 0)
+    from space import ui
+    monkeypatch.setattr(ui, "PACE_S", 0)
     frames = list(app.ui_market_start("market_round", "expert", "world", 5, ""))
     assert len(frames) >= TASKS["market_round"].rounds
     sid, card, rounds, outcome, chart, _ = frames[-1]

@@ -14,9 +14,7 @@ game is shown, both sides' reasoning included.
 from __future__ import annotations
 
 import secrets
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv
 from env.bargain import play
@@ -26,13 +24,13 @@ from env.bargain.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REJECT, SELL, 
     parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER, bargained_ratio
 from env.bargain.scenarios import Scenario
-from space.sessions import GameError, SessionStore, as_game_error
+from space.sessions import GameError, Session, SessionStore, as_game_error
 
 HUMAN = "human"
 MODEL = "model"
 HUMAN_ACTIONS = ("offer", "accept", "reject", "quit")
 
-__all__ = ["GameStore", "Game", "available_sources", "check_seed", "choices", "view", "turn_messages", "HUMAN", "MODEL"]
+__all__ = ["BargainSessions", "BargainSession", "available_sources", "check_seed", "choices", "view", "turn_messages", "HUMAN", "MODEL"]
 
 
 def check_seed(seed) -> int:
@@ -60,14 +58,12 @@ def _seat(role: str, name: str, mode: str, model_loader, model_roles=(BUYER,)):
 
 
 @dataclass
-class Game:
-    id: str
+class BargainSession(Session):
+    """A live bilateral game: its test product, reasoning format and the names in each seat."""
+
     product: int
     mode: str
     names: dict
-    match: Match
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    touched: float = field(default_factory=time.monotonic)
 
     @property
     def env(self) -> BargainEnv:
@@ -78,7 +74,7 @@ class Game:
         return self.match.outside_role()
 
 
-class GameStore(SessionStore):
+class BargainSessions(SessionStore):
     """Live bilateral games by session id, bounded in number, forgotten after ``idle_s`` without a move."""
 
     def __init__(self, model_loader=None, max_sessions: int = 1000, idle_s: float = 1800.0, model_roles=None):
@@ -91,13 +87,13 @@ class GameStore(SessionStore):
         return list(self._model_roles()) if self._model_roles else [BUYER]
 
     @staticmethod
-    def view(game: Game) -> dict:
+    def view(game: BargainSession) -> dict:
         return view(game)
 
     # ------------------------------------------------------------------ lifecycle
     def new_game(self, source: str = "builtin", buyer: str = "expert", seller: str = "neutral",
                  product: int | None = None, seed: int = 0, reasoning_mode: str = "option_a",
-                 max_turns: int = DEFAULT_MAX_TURNS, advance: bool = True) -> Game:
+                 max_turns: int = DEFAULT_MAX_TURNS, advance: bool = True) -> BargainSession:
         """A game with its seats filled and (unless ``advance`` is False) agents advanced to the
         first human move; not stored."""
         if buyer == HUMAN and seller == HUMAN:
@@ -109,7 +105,8 @@ class GameStore(SessionStore):
         roles = self.model_roles if MODEL in (buyer, seller) else [BUYER]
         match = Match(scenario, _seat(BUYER, buyer, reasoning_mode, self.model_loader, roles),
                       _seat(SELLER, seller, reasoning_mode, self.model_loader, roles), seed, max_turns)
-        game = Game(secrets.token_hex(16), product, reasoning_mode, {BUYER: buyer, SELLER: seller}, match)
+        game = BargainSession(secrets.token_hex(16), match, product=product, mode=reasoning_mode,
+                              names={BUYER: buyer, SELLER: seller})
         if advance:
             match.advance()
         return game
@@ -172,7 +169,7 @@ def human_reply(role: str, their_offer: float | None, action: str, price, talk: 
 
 
 # ---------------------------------------------------------------------- views
-def view(game: Game) -> dict:
+def view(game: BargainSession) -> dict:
     """The game as its viewer may see it, JSON-ready (see the module docstring)."""
     env, s, human = game.env, game.match.scenario, game.human
     full = human is None or env.done

@@ -1,0 +1,471 @@
+"""The Space's page: one function per tab, the helpers that turn a game's state or an artifact into
+what a tab shows, and ``build`` (the page, with every API function as a named endpoint)."""
+
+import functools
+import json
+import random
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from env.market import ACTION_SCHEMA, TASKS as MARKET_TASKS
+from env.bargain.players import BUYERS, SELLERS
+from env.bargain.protocol import REASONING_MODES
+from env.bargain.rules import BUYER, SELLER
+from env.bargain.scenarios import get_split, load_scenarios
+from space import figures as F
+from space import market as M
+from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sources, choices, view
+from space.card import model_card
+from space.model import ENV_VAR, model_label, model_path, model_roles
+from space.api import API, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
+
+PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
+
+
+# ---------------------------------------------------------------------- UI helpers
+def scenario_stats() -> list[list]:
+    """Rows: source, products, mutual, conflicting, categories, test products."""
+    rows = []
+    for source in available_sources():
+        scenarios = load_scenarios(source)
+        mutual = sum(s.mutual_interest for s in scenarios)
+        rows.append([source, len(scenarios), mutual, len(scenarios) - mutual, len({s.category for s in scenarios}),
+                     len(get_split(source, "test"))])
+    return rows
+
+
+def product_choices(source: str) -> list[tuple[str, int]]:
+    return [("drawn from the seed", -1)] + [(f"#{i} {s.title} ({s.category}, ${s.list_price:,.2f})", i)
+                                            for i, s in enumerate(get_split(source, "test"))]
+
+
+def models_overview() -> str:
+    """A card for the model in the model seat and for every other shipped checkpoint."""
+    seat = Path(model_path())
+    cards = [model_card(seat, "In the model seat") if seat.is_dir() else
+             f"**In the model seat: `{seat}`** (from ${ENV_VAR}; no local folder to describe)."]
+    shipped = sorted(p for p in (F.ARTIFACTS / "checkpoints").iterdir() if p.is_dir()) \
+        if (F.ARTIFACTS / "checkpoints").is_dir() else []
+    cards += [model_card(p, f"Also shipped (HAGGLE_MODEL={p.relative_to(F.ARTIFACTS.parent)})") for p in shipped
+              if p.resolve() != seat.resolve()]
+    return "\n\n".join(cards)
+
+
+def players_table() -> list[list]:
+    rows = [["buyer", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in BUYERS.items()]
+    rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in SELLERS.items()]
+    rows.append([" and ".join(model_roles()), MODEL, f"the trained checkpoint ({model_label()}; ${ENV_VAR} for "
+                                                     "another), seated only in the roles it was trained for"])
+    rows.append(["either", HUMAN, "you, typing offers in the Play tab"])
+    return rows
+
+
+def _game_outputs(state: dict):
+    """State -> (chat, scenario card, outcome, controls visible)."""
+    you = state.get("you")
+    secret = ""
+    if "budget" in state and "cost" in state:
+        secret = f" Budget ${state['budget']:,.2f}, cost ${state['cost']:,.2f} ({state['interest']} interest)."
+    elif you:
+        key = "budget" if you == BUYER else "cost"
+        secret = f" **Your {key} (private): ${state[key]:,.2f}.**"
+    card = (f"### {state['title']} ({state['category']})\n{state['description']}\n\nList price "
+            f"${state['list_price']:,.2f}.{secret} Round {state['turn']} of {state['max_turns']}. "
+            f"Buyer: **{state['buyer']}**, seller: **{state['seller']}**, product #{state['product']}, "
+            f"seed {state['seed']}.")
+    if you and not state["done"]:
+        offer = state.get("their_offer")
+        card += f"\n\nYou are the **{you}**. " + (f"Their standing offer: ${offer:,.2f}." if offer else
+                                                  "No offer from them yet.")
+    if MODEL in (state["buyer"], state["seller"]) and Path(model_path()).is_dir():
+        card += ("\n\n<details><summary>What plays as <code>model</code></summary>\n\n"
+                 + model_card(model_path(), "The model") + "\n\n</details>")
+    outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
+    return state["messages"], card, outcome, gr.update(visible=bool(you) and not state["done"])
+
+
+@gradio_errors
+def ui_start(source, buyer, seller, mode, product, seed, old_session):
+    """Start a game and show it reply by reply (agents' replies paced so a person can follow)."""
+    if old_session:
+        GAMES.end(old_session)
+    seed = random.randrange(10**6) if seed is None else seed
+    game = GAMES.add(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=product_arg(product),
+                                    seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
+                                    reasoning_mode=mode, advance=False))
+    with game.lock:
+        yield (game.id, *_game_outputs(view(game)))
+        while game.match.advance(limit=1):
+            time.sleep(PACE_S)
+            *outs, controls = _game_outputs(view(game))
+            yield (game.id, *outs, controls if game.env.done or game.human == game.env.to_move else gr.skip())
+
+
+@gradio_errors
+def ui_send(session, action, price, talk):
+    if not session:
+        raise GameError("start a game first")
+    for k, state in enumerate(GAMES.reply_steps(session, action, price if action == "offer" else None, talk)):
+        if k:
+            time.sleep(PACE_S)
+        *outs, controls = _game_outputs(state)
+        # the controls change only when the person may move again or the game is over
+        yield (*outs, controls if state["done"] or state["to_move"] == state["you"] else gr.skip(), "")
+
+
+def _market_outputs(state: dict, chart: bool = True):
+    """State -> (card, rounds, outcome, per-round chart, person's controls visible). The chart is
+    drawn once an agents' game is over (a replay from its seed; a person's game cannot be replayed)."""
+    outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
+    if not chart:
+        plot = gr.skip()
+    elif state["done"] and state["policy"] != HUMAN:
+        plot = F.market_rounds_chart(M.round_series(state["task"], state["policy"], state["seed"],
+                                                    state["counterparts"]))
+    else:
+        plot = F.market_rounds_chart(None)
+    return M.card_markdown(state), M.rounds_markdown(state), outcome, plot, gr.update(visible=bool(state["you"])
+                                                                                     and not state["done"])
+
+
+@gradio_errors
+def ui_market_start(task, policy, counterparts, seed, old_session):
+    """Start a market game and show it round by round (paced so it can be followed)."""
+    if old_session:
+        MARKETS.end(old_session)
+    seed = random.randrange(10**6) if seed is None else seed
+    game = MARKETS.add(MARKETS.new_game(task=task, policy=policy, counterparts=counterparts, advance=False,
+                                        seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed))
+    with game.lock:
+        yield (game.id, *_market_outputs(M.view(game)))
+        for _ in M.rounds(game.match):
+            time.sleep(PACE_S)
+            state = M.view(game)
+            yield (game.id, *_market_outputs(state, chart=state["done"]))
+
+
+@gradio_errors
+def ui_market_send(session, action):
+    if not session:
+        raise GameError("start a market game first")
+    for k, state in enumerate(MARKETS.act_steps(session, action)):
+        if k:
+            time.sleep(PACE_S)
+        yield _market_outputs(state)
+
+
+def ui_market_template(name: str) -> str:
+    return json.dumps(M.TEMPLATES.get(name, {"action": "wait"}))
+
+
+def ui_market_eval():
+    return F.market_bars(), F.market_shocks(), F.market_table(), F.provenance_line(F.read_artifact(F.MARKET_EVAL),
+                                                                                  F.MARKET_EVAL)
+
+
+def before_after_buyers() -> list[str]:
+    return (F.read_artifact(F.BEFORE_AFTER) or {}).get("buyers", [])
+
+
+def ui_before_after(index):
+    """Every buyer's game on the chosen held-out scenario, and the summary table."""
+    games, buyers = F.before_after_games(), before_after_buyers()
+    if not games:
+        outs = (*([[]] * len(buyers)), f"No `artifacts/{F.BEFORE_AFTER}` yet: run `python training/before_after.py`.")
+    else:
+        g = games[min(int(index or 0), len(games) - 1)]
+        outs = (*(F.transcript_messages(g["games"][b]) for b in buyers), F.before_after_summary(g, buyers))
+    return outs if len(outs) > 1 else outs[0]  # one output component takes the value itself
+
+
+def ui_eval(name: str, seller: str):
+    return (F.reward_bars(name, seller), F.heatmap(name), F.interest_bars(name), F.eval_table(name, seller),
+            F.provenance_line(F.read_artifact(name), name))
+
+
+@functools.lru_cache(maxsize=2)
+def sft_sample(mode: str = "option_a") -> list[tuple[str, str | None]]:
+    """The first expert game exactly as ``training/sft.py`` hands it to TRL's SFTTrainer: the
+    token stream, with the tokens that carry the loss (the buyer's) marked."""
+    from space.sample import sft_sample as build  # noqa: PLC0415
+    return build(mode)
+
+
+def ui_artifact(name: str):
+    if not name:
+        return None, {}
+    path = F.artifact_path(name)
+    meta = F.read_artifact(name).get("provenance", {}) if path.suffix == ".json" else {"bytes": path.stat().st_size}
+    return str(path), meta
+
+
+ENV_TEXT = """
+**The game** (the RLVR negotiation paper's protocol). A buyer with a private budget *B* and a regulated seller with a
+private cost *C* bargain over one product for at most 6 rounds; the buyer speaks first in each round. Each reply has a
+private part (a `Thought:` line in *option_a*, a `<think>` block in *option_b*) that the opponent never sees, then
+`Talk:` and exactly one `Action:`.
+
+| action | who | meaning |
+|---|---|---|
+| `[BUY] $X` | buyer | offer $X (never above the budget) |
+| `[SELL] $X` | seller | ask $X (the regulated seller can never go below cost: such moves are blocked and count as `[REJECT]`) |
+| `[DEAL] $X` | either | accept the other side's standing offer $X |
+| `[REJECT]` | either | refuse without a counter-offer |
+| `[QUIT]` | either | walk away: no deal |
+
+**Reward** (verifiable, from the outcome alone): a deal at price *P* pays the buyer `clip((B − P) / |B − C|, −1, 1)`
+(|B − C| floored at $1); no deal pays 0; an unreadable reply, an illegal move or an offer above the budget pays −1 and
+ends the game. *Mutual interest*: B ≥ C, a deal both can accept exists; *conflicting*: B < C, the right move is to walk
+away.
+"""
+
+
+def api_example(url: str = "http://127.0.0.1:7860/") -> str:
+    return f"""```python
+from gradio_client import Client
+
+client = Client("{url}")
+state = client.predict(buyer="human", seller="boulware", product=-1, seed=7, api_name="/start_game")
+sid = state["session_id"]
+print(state["title"], "budget", state["budget"])
+while not state["done"]:
+    state = client.predict(session_id=sid, action="offer", price=round(state["budget"] * 0.7, 2),
+                           talk="Would this work?", api_name="/send_reply")
+print(state["outcome"]["explanation"])
+print(client.predict(buyer="expert", seller="mix", episodes=100, api_name="/evaluate_policy")["reward_mean"])
+
+# the GPU market: you play lab 0 with JSON actions (client.predict(api_name="/market_schema") lists them)
+game = client.predict(task="market_round", policy="human", seed=3, api_name="/market_start")
+game = client.predict(session_id=game["session_id"], action='{{"action": "buy_spot", "hours": 20}}',
+                      api_name="/market_act")
+print(game["your_steps"][-1]["detail"], "| money left:", game["observation"]["money"])
+```"""
+
+
+# ---------------------------------------------------------------------- layout
+def _glance_tab() -> None:
+    """The "At a glance" tab."""
+    gr.Markdown("Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
+                "one, −1 for an unreadable reply or going over budget. Scenarios are products with a "
+                "list price; *mutual interest* means budget > cost.")
+    gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
+                                            "conflicting interest", "categories", "test products"],
+                 label="Scenarios (task: bilateral price negotiation)", interactive=False)
+    gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
+    gr.Markdown("### The models\n" + models_overview(), elem_id="model-cards")
+    gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
+                 interactive=False, wrap=True, max_height=2000, column_widths=["15%", "20%", "65%"],
+                 elem_id="players-table")
+
+
+def _play_tab() -> None:
+    """The "Play" tab."""
+    session = gr.State("")
+    with gr.Row():
+        buyer = gr.Dropdown(choices(BUYER, model_roles()), value=HUMAN, label="Buyer", elem_id="play-buyer")
+        seller = gr.Dropdown(choices(SELLER, model_roles()), value="neutral", label="Seller", elem_id="play-seller")
+        mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
+        source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
+        product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed",
+                         info="A game replays exactly from its seed: the same product draw, the same scripted "
+                              "moves and the same model replies (the model plays greedily).")
+    start = gr.Button("Start game", variant="primary", elem_id="start-game")
+    card = gr.Markdown(elem_id="game-card")
+    chat = gr.Chatbot(label="Negotiation (private reasoning in the collapsible panels)", height=460,
+                      elem_id="game-chat")
+    with gr.Group(visible=False) as controls:
+        with gr.Row():
+            action = gr.Radio(list(HUMAN_ACTIONS), value="offer", label="Your action",
+                              elem_id="human-action")
+            price = gr.Number(None, label="Price ($)", elem_id="human-price")
+        talk = gr.Textbox(label="What you say", placeholder="e.g. That's more than I hoped to pay.",
+                          elem_id="human-talk")
+        send = gr.Button("Send", variant="primary", elem_id="human-send")
+    outcome = gr.Markdown(elem_id="game-outcome")
+    source.change(lambda src: gr.update(choices=product_choices(src), value=-1), source, product,
+                  api_visibility="private")
+    start.click(ui_start, [source, buyer, seller, mode, product, seed, session],
+                [session, chat, card, outcome, controls], api_visibility="private")
+    send.click(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
+               api_visibility="private")
+    talk.submit(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
+                api_visibility="private")
+
+
+def _market_tab(demo: gr.Blocks) -> None:
+    """The "GPU market" tab."""
+    gr.Markdown("AI labs with private budgets and jobs trade scarce GPU capacity in rounds: offers, "
+                "pitches scored by a judge, spot purchases, coalitions that buy a volume lot together, "
+                "and market shocks. Lab 0 is played by the policy you choose (or by you); the other labs "
+                "are scripted counterparts that only trade when it pays them.\n\n"
+                + "\n".join(f"- `{n}`: {M.task_line(n)}" for n in MARKET_TASKS))
+    m_session = gr.State("")
+    with gr.Row():
+        m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task")
+        m_policy = gr.Dropdown(list(M.POLICY_CHOICES), value="expert", label="Lab 0 (policy)",
+                               elem_id="market-policy")
+        m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
+        m_seed = gr.Number(M.showcase_seed(), precision=0, minimum=0, label="Seed (empty: random)",
+                           elem_id="market-seed", info="Default: the first seed whose expert game forms a "
+                                                      "coalition and has a pitch judged.")
+    m_start = gr.Button("Start market game", variant="primary", elem_id="market-start")
+    m_card = gr.Markdown(elem_id="market-card")
+    with gr.Group(visible=False) as m_controls:
+        with gr.Row():
+            m_template = gr.Dropdown(list(M.TEMPLATES), value="wait", label="Start from an example",
+                                     elem_id="market-template")
+            m_action = gr.Textbox(ui_market_template("wait"), lines=2, label="Your action (one JSON object "
+                                  "of the schema below; ids from your view)", elem_id="market-action")
+        m_send = gr.Button("Act", variant="primary", elem_id="market-send")
+    m_rounds = gr.Markdown(elem_id="market-rounds")
+    m_outcome = gr.Markdown(elem_id="market-outcome")
+    m_chart = gr.Plot(label="money and GPU-hours per round", elem_id="market-chart")
+    with gr.Accordion("Reward terms and the action schema", open=False):
+        gr.Markdown(M.REWARD_MD + "\n\n**Actions** (one JSON object per step; a reply that is not "
+                    "one gets a reason code and the penalty):\n\n" + M.ACTIONS_TABLE)
+        gr.JSON(ACTION_SCHEMA, label="ACTION_SCHEMA (env/market/actions.py)")
+    gr.Markdown("### Evaluation (`artifacts/eval_market.json`, held-out seeds)")
+    m_prov = gr.Markdown()
+    m_bars = gr.Plot(label="reward per policy and task")
+    m_shock = gr.Plot(label="under shocks")
+    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=100_000,
+                           elem_id="market-table")
+    m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
+    m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
+                  [m_session, m_card, m_rounds, m_outcome, m_chart, m_controls], api_visibility="private")
+    m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_chart, m_controls],
+                 api_visibility="private")
+    demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
+
+
+def _evaluation_tab(demo: gr.Blocks) -> None:
+    """The "Evaluation" tab."""
+    evals = [n for n in F.EVAL_FILES if F.read_artifact(n)]
+    with gr.Row():
+        eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
+        eval_seller = gr.Dropdown([SELLER_MIX, *SELLERS], value=SELLER_MIX, label="Seller")
+    eval_prov = gr.Markdown()
+    bars = gr.Plot(label="reward per buyer")
+    heat = gr.Plot(label="buyer x seller")
+    interest = gr.Plot(label="mutual vs conflicting interest")
+    table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=100_000,
+                         column_widths=["19%", "5%", "7%", "7%", "12%", "6%", "7%", "8%", "9%", "10%", "10%"],
+                         elem_id="eval-table")
+    outs = [bars, heat, interest, table, eval_prov]
+    gen = F.read_artifact("eval_generalisation.json")
+    if gen:
+        gr.Markdown("### Generalisation (`artifacts/eval_generalisation.json`, greedy)\n\nThe trained buyers beside "
+                    "the expert and the oracle ceiling where the study has a scripted floor: (a) the other product "
+                    "source, (b) the seller persona no training stage saw, (c) the adversarial personas pooled, (d) a "
+                    "frozen LLM seller (SmolLM2 taught the seller's side).\n\n" + F.provenance_line(gen, "eval_generalisation.json"))
+        gr.Dataframe(F.generalisation_table(), headers=F.GENERALISATION_COLUMNS, interactive=False, wrap=True,
+                     max_height=100_000, column_widths=["34%", "14%", "10%", "7%", "7%", "12%", "6%", "5%", "5%"],
+                     elem_id="generalisation-table", label="Rows")
+    for comp in (eval_file, eval_seller):
+        comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+    demo.load(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
+
+
+def _training_tab() -> None:
+    """The "Training" tab."""
+    gr.Plot(F.dashboard(), label="SFT then RL, six panels")
+    gr.Plot(F.sft_loss(), label="SFT")
+    gr.Plot(F.rl_rewards(), label="RL reward")
+    gr.Plot(F.rl_phases(), label="behaviour per RL step")
+    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"], max_height=6000,
+                 column_widths=["12%", "10%", "78%"], elem_id="pipeline-table",
+                 label="python training/pipeline.py: stages", interactive=False, wrap=True)
+    gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
+                            [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"]))
+
+
+def _before_after_tab(demo: gr.Blocks) -> None:
+    """The "Before vs after" tab: the same held-out games played by each stage of training."""
+    games, buyers = F.before_after_games(), before_after_buyers()
+    gr.Markdown("The same held-out games (scenario, seller and seed) played by the buyer after each stage of "
+                "training, greedily: the untrained model, after SFT on expert games, after RL against the live "
+                "environment. Most are mutual-interest games (a deal is possible); the one labelled conflicting has "
+                "the budget below the cost, where walking away (reward 0) is the best any buyer can do.")
+    pick = gr.Dropdown([(F.before_after_label(g), i) for i, g in enumerate(games)], value=0 if games else None,
+                       label="Held-out game", elem_id="ba-game")
+    summary = gr.Markdown(elem_id="ba-summary")
+    with gr.Row():
+        chats = [gr.Chatbot(label=b, height=460, autoscroll=False, elem_id=f"ba-chat-{b}") for b in buyers]
+    pick.change(ui_before_after, pick, [*chats, summary], api_visibility="private")
+    demo.load(ui_before_after, pick, [*chats, summary], api_visibility="private")
+
+
+def _environment_tab(env_tab: gr.Tab) -> None:
+    """The "Environment" tab."""
+    gr.Markdown(ENV_TEXT)
+    gr.Markdown("**One SFT training sample, exactly as the trainer saw it**: the first expert game of "
+                "`training/sft.py` (train product 0, seed 0, neutral seller) as the token stream handed "
+                "to TRL's `SFTTrainer`, with the tokens that carry the loss (the buyer's own) marked.")
+    sample = gr.HighlightedText(label="token stream (loss on 'trained' spans only)",
+                                color_map={"trained": "green"}, elem_id="sft-sample")
+    env_tab.select(sft_sample, None, sample, api_visibility="private")
+
+
+def _artifacts_tab() -> None:
+    """The "Artifacts" tab."""
+    rows = F.list_artifacts()
+    gr.Dataframe([[r["file"], r["bytes"], (r["commit"] or "")[:12], r["date"], r["command"]] for r in rows],
+                 headers=["file", "bytes", "commit", "date", "command"], interactive=False, wrap=True,
+                 max_height=100_000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
+                 elem_id="artifacts-table")
+    first = rows[0]["file"] if rows else None
+    pick = gr.Dropdown([r["file"] for r in rows], value=first, label="File", elem_id="artifact-pick")
+    path, info = ui_artifact(first) if first else (None, None)
+    download = gr.File(value=path, label="Download", elem_id="artifact-download")
+    meta = gr.JSON(value=info, label="provenance", elem_id="artifact-provenance")
+    pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
+
+
+def api_entry(fn) -> str:
+    """One endpoint for the API tab: its whole description, then each parameter's (Gradio's own
+    docstring reading, the one its MCP tools use)."""
+    description, params, _ = gr.utils.get_function_description(fn)
+    lines = [f"- **`/{fn.__name__}`**: {description}"]
+    lines += [f"    - `{name}`: {text}" for name, text in params.items()]
+    return "\n".join(lines)
+
+
+def _api_tab() -> None:
+    """The "API" tab."""
+    gr.Markdown("Every function below is a named endpoint (and an MCP tool, answering in JSON); game endpoints "
+                "take and return a `session_id`, so API clients are isolated from each other and from the page."
+                "\n\n" + "\n".join(api_entry(fn) for fn in API) + "\n\n" + api_example(), elem_id="api-docs")
+
+
+def build() -> gr.Blocks:
+    """The whole page: one function per tab, and every API function as a named endpoint."""
+    with gr.Blocks(title="Haggle") as demo:
+        gr.Markdown("# Haggle\nLanguage models that learn to negotiate from verifiable rewards: a buyer with a "
+                    "private budget bargains with a regulated seller who has a private cost.")
+        with gr.Tabs():
+            with gr.Tab("At a glance", id="glance"):
+                _glance_tab()
+            with gr.Tab("Play", id="play"):
+                _play_tab()
+            with gr.Tab("GPU market", id="market"):
+                _market_tab(demo)
+            with gr.Tab("Evaluation", id="evaluation"):
+                _evaluation_tab(demo)
+            with gr.Tab("Training", id="training"):
+                _training_tab()
+            with gr.Tab("Before vs after", id="before-after"):
+                _before_after_tab(demo)
+            with gr.Tab("Environment", id="environment") as env_tab:
+                _environment_tab(env_tab)
+            with gr.Tab("Artifacts", id="artifacts"):
+                _artifacts_tab()
+            with gr.Tab("API", id="api"):
+                _api_tab()
+        for fn in API:
+            gr.api(fn, api_name=fn.__name__, concurrency_limit=None, queue=fn not in QUEUED)
+    return demo
+
+
