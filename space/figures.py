@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
 EVAL_FILES = ("eval_results.json", "eval_scripted.json")
-TRAINED = ("base", "sft", "grpo", "sdpo")  # canonical names of model buyers (GUIDE 7)
+TRAINED = ("base", "sft", "grpo", "sdpo")  # canonical names of model buyers (the artifact contract)
 RL_CURVES = {"grpo": "grpo_training_curve.json", "sdpo": "sdpo_training_curve.json"}
 SFT_CURVES = {"sft (option_a)": "sft_training_curve.json", "sft (option_b)": "sft_option_b_training_curve.json",
               "sft SmolLM2 (LoRA)": "sft_smollm2_training_curve.json"}

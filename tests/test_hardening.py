@@ -1,4 +1,4 @@
-"""Regression tests for hostile input (GUIDE 5f), one group per defect found by attacking the
+"""Regression tests for hostile input, one group per defect found by attacking the
 games: each failed on the code before the fix. The shapes that broke things are generated on
 purpose, so the class of defect cannot come back unnoticed."""
 

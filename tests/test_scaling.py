@@ -24,11 +24,11 @@ EXPECTED = {"single_gpu.yaml": "NO", "multi_gpu.yaml": "MULTI_GPU", "fsdp.yaml":
 def test_every_accelerate_config_loads_and_the_readme_launches_each():
     from accelerate.commands.config.config_args import load_config_from_file
     assert {p.name for p in CONFIGS.glob("*.yaml")} == set(EXPECTED)
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "training" / "README.md").read_text()
     for name, kind in EXPECTED.items():
         cfg = load_config_from_file(str(CONFIGS / name))
         assert cfg.distributed_type.value == kind, name
-        assert f"configs/accelerate/{name}" in readme, f"README's Scaling out section does not use {name}"
+        assert f"configs/accelerate/{name}" in readme, f"training/README.md's Scaling out section does not use {name}"
     zero3 = load_config_from_file(str(CONFIGS / "deepspeed_zero3.yaml"))
     assert zero3.deepspeed_config["zero_stage"] == 3 and zero3.deepspeed_config["zero3_save_16bit_model"]
     assert load_config_from_file(str(CONFIGS / "cpu_2proc.yaml")).use_cpu

@@ -8,7 +8,7 @@ A *turn* is one exchange: a buyer reply and the seller's answer. ``max_turns`` (
 the benchmark's) therefore allows at most 6 buyer and 6 seller replies; when the seller's
 sixth answer does not close a deal the episode is truncated with reward 0.
 
-The buyer's reward is paid when the episode ends (GUIDE section 2). A buyer reply that
+The buyer's reward is paid when the episode ends. A buyer reply that
 cannot be read, an illegal buyer move, or any buyer offer or acceptance above budget ends
 the episode at once with reward -1. The seller is regulated by the environment: an offer
 or acceptance below cost is blocked, as is an unreadable seller reply; either counts as

@@ -1,7 +1,7 @@
 """The evaluation harness: play buyer x seller cells over scenarios and seeds, summarise them.
 
 Pure Python (no torch): ``training/evaluate.py`` is its command line, and the Space calls
-it for live evaluations. Row keys follow the artifact contract (GUIDE section 7).
+it for live evaluations. Row keys follow the artifact contract (the keys the Space and the checks read).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The text protocol of the bilateral negotiation (GUIDE section 2), as pure functions.
+"""The text protocol of the bilateral negotiation (the RLVR negotiation paper's), as pure functions.
 
 A reply has a private part and a public part:
 

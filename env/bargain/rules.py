@@ -50,7 +50,7 @@ def deal_reward(budget: float, cost: float, price: float) -> float:
 
 
 def end_reward(end_reason: str, budget: float, cost: float, price: float | None) -> float:
-    """Buyer reward from the outcome alone (GUIDE section 2)."""
+    """Buyer reward from the outcome alone (the paper's verifiable reward)."""
     if end_reason == END_DEAL:
         assert price is not None
         return deal_reward(budget, cost, price)

@@ -1,4 +1,4 @@
-"""Provenance and atomic writes for every artifact (GUIDE section 7).
+"""Provenance and atomic writes for every artifact.
 
 Each artifact JSON carries a top-level ``provenance`` object: the command that made it,
 its configuration, its seeds, the git commit, the date, the machine and the wall time.
