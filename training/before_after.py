@@ -16,16 +16,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from transformers import HfArgumentParser
+
 from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv
 from env.bargain.evaluation import EVAL_SEED_BASE, SEEDS_PER_PRODUCT, episode_seed
 from env.bargain.play import play_episode
 from env.bargain.players import SELLERS, make_player
 from env.bargain.players.oracle import OracleBuyer
 from env.bargain.scenarios import get_split
-from training.engine.backends import SamplingConfig
 from training.common.cli import parse
-from training.games.base import build_agent, name_path
 from training.common.provenance import provenance, write_json
+from training.engine.backends import SamplingConfig
+from training.games.bargain.rollout import play_episodes
+from training.games.base import build_agent, name_path
 
 
 @dataclass
@@ -70,10 +73,6 @@ def chosen_games(source: str, mutual: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from transformers import HfArgumentParser  # noqa: PLC0415
-
-    from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
-
     (cfg,), _ = parse(HfArgumentParser((BeforeAfterConfig,)), list(sys.argv[1:] if argv is None else argv))
     start = time.perf_counter()
     games = chosen_games(cfg.scenarios, cfg.mutual)

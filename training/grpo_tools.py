@@ -20,10 +20,14 @@ import functools
 import os
 from dataclasses import dataclass, field
 
+from datasets import Dataset
+from trl import GRPOTrainer, TrlParser
+
 from env.bargain.players import SELLERS, parse_names
 from training.common.cli import parse
+from training.engine.models import load_model
+from training.games.bargain.tools import HaggleToolEnv
 from training.rl.run import HaggleGRPOConfig
-
 
 
 @dataclass
@@ -52,18 +56,12 @@ class ToolGRPOConfig(HaggleGRPOConfig):
 
 def rows(n: int, sellers: list[str]):
     """Episode rows: the opening comes from ``reset``, so the prompt is a one-line instruction."""
-    from datasets import Dataset  # noqa: PLC0415
     return Dataset.from_dict({
         "prompt": [[{"role": "user", "content": "Negotiate the best price you can with the tools."}]] * n,
         "seed": list(range(n)), "opponent": [sellers[i % len(sellers)] for i in range(n)], "split": ["train"] * n})
 
 
 def main(argv: list[str] | None = None):
-    from trl import GRPOTrainer, TrlParser  # noqa: PLC0415
-
-    from training.games.bargain.tools import HaggleToolEnv  # noqa: PLC0415
-    from training.engine.models import load_model  # noqa: PLC0415
-
     (script, cfg), argv = parse(TrlParser((ToolScriptArguments, ToolGRPOConfig)), argv, "grpo_tools")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     model, tok = load_model(script.model_name_or_path, device="cpu" if cfg.use_cpu else None, dtype="float32")

@@ -21,10 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from trl import SFTConfig
+from trl import SFTConfig, SFTTrainer, TrlParser
 
 from env.bargain.protocol import REASONING_MODES
+from env.bargain.scenarios import ScenarioDataError
 from training.common.cli import parse
+from training.common.provenance import command_line, provenance, write_json, write_lineage
+from training.engine.backends import TransformersBackend
+from training.engine.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base
+from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -90,14 +95,6 @@ def curve_points(log_history: list[dict]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None):
-    from trl import SFTTrainer, TrlParser  # noqa: PLC0415
-
-    from env.bargain.scenarios import ScenarioDataError  # noqa: PLC0415
-    from training.engine.backends import TransformersBackend  # noqa: PLC0415
-    from training.engine.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base  # noqa: PLC0415,E501
-    from training.common.provenance import command_line, provenance, write_json, write_lineage  # noqa: PLC0415
-    from training.engine.rollout import LLMAgent  # noqa: PLC0415
-
     (script, cfg), argv = parse(TrlParser((SFTScriptArguments, HaggleSFTConfig)), argv, "sft")
     try:
         game = game_for(script)
