@@ -30,7 +30,7 @@ import time
 from env.bargain.env import BargainEnv
 from env.bargain.play import play_episode
 from env.bargain.players import SELLERS, make_player
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 from training.common.provenance import provenance, write_json
 
 TARGET_SPEEDUP = 2.0

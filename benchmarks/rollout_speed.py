@@ -27,7 +27,7 @@ import json
 import time
 
 from env.bargain.evaluation import episode_seed
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 from training.engine.backends import SamplingConfig, TransformersBackend
 from training.engine.models import load_model
 from training.common.provenance import provenance, write_json

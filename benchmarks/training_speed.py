@@ -90,7 +90,7 @@ def sft_speed(name: str, precision: str, batch: int, max_length: int, steps: int
 
 def rollout_speed(name: str, precision: str, episodes: int, max_new_tokens: int) -> dict:
     from env.bargain.evaluation import episode_seed  # noqa: PLC0415
-    from env.bargain.scenarios import get_split  # noqa: PLC0415
+    from env.bargain.sources import get_split  # noqa: PLC0415
     from training.engine.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
     from training.engine.models import load_model  # noqa: PLC0415
     from training.engine.rollout import LLMAgent  # noqa: PLC0415

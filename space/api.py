@@ -16,7 +16,7 @@ from env.market.evaluation import MARKET_EVAL_SEED_BASE, summarize as summarize_
 from env.bargain.players import BUYERS, SELLERS, make_player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 from space import figures as F
 from space import market as M
 from space.bargain import HUMAN, MODEL, GameError, BargainSessions, available_sources, check_seed, view

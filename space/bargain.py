@@ -23,7 +23,7 @@ from env.bargain.players import BUYERS, SELLERS, make_player
 from env.bargain.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REJECT, SELL, Action, compose_reply, format_price, \
     parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER, bargained_ratio
-from env.bargain.scenarios import Scenario
+from env.bargain.sources import Scenario
 from space.sessions import GameError, Session, SessionStore, as_game_error
 
 HUMAN = "human"

@@ -13,7 +13,7 @@ from env.market import ACTION_SCHEMA, TASKS as MARKET_TASKS
 from env.bargain.players import BUYERS, SELLERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import get_split, load_scenarios
+from env.bargain.sources import get_split, load_scenarios
 from space import figures as F
 from space import market as M
 from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sources, choices, view

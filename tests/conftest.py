@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from env.bargain.env import BargainEnv
-from env.bargain.scenarios import Scenario, make_scenario
+from env.bargain.sources import Scenario, make_scenario
 
 
 @pytest.fixture

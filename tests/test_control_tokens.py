@@ -168,7 +168,7 @@ def test_a_teacher_quoting_a_hostile_title_writes_no_control_token(tiny_dir):
     """Expert data (SFT): the expert names the product in its Talk; a scenario file's title full of
     control strings must not put control ids into what the model is trained to write."""
     from transformers import AutoTokenizer
-    from env.bargain.scenarios import make_scenario
+    from env.bargain.sources import make_scenario
     from training.engine.rollout import Teacher
     from training.games.bargain.rollout import play_episodes
     tok = AutoTokenizer.from_pretrained(tiny_dir)

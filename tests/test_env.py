@@ -13,7 +13,7 @@ from env.bargain import rules
 from env.bargain.env import BLOCKED_NOTE, BargainEnv, Observation, StepResult
 from env.bargain.play import play_episode
 from env.bargain.players import BUYERS, SELLERS, make_player
-from env.bargain.scenarios import get_split, make_scenario
+from env.bargain.sources import get_split, make_scenario
 from tests.conftest import reply, run_replies
 
 

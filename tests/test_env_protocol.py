@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from env.bargain.play import player_rngs
 from env.bargain.players import make_player
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 from env.core import GameEnv, StepOutcome, make_env
 from env.market import make_policy
 from env.market.play import seat_rng

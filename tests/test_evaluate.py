@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from env.bargain.scenarios import amazon_path
+from env.bargain.sources import amazon_path
 from training import evaluate
 from training.games.bargain.config import BargainEvalArgs
 

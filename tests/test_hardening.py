@@ -26,7 +26,7 @@ from env.market.play import MarketMatch
 from env.market.judge import LLMJudge, PitchFacts, RubricJudge, read_verdict
 from env.bargain.protocol import E_BAD_PRICE, MAX_REPLY_CHARS, format_price, parse_reply
 from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import TEXT_LIMITS, ScenarioDataError, load_json_products, make_scenario
+from env.bargain.sources import TEXT_LIMITS, ScenarioDataError, load_json_products, make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 

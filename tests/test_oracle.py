@@ -12,7 +12,7 @@ from env.bargain.evaluation import episode_seed
 from env.bargain.play import play_episode
 from env.bargain.players import BUYERS, SELLERS, make_player
 from env.bargain.players.oracle import ORACLE, OracleBuyer
-from env.bargain.scenarios import get_split, make_scenario
+from env.bargain.sources import get_split, make_scenario
 from training import evaluate
 
 

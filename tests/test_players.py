@@ -10,7 +10,7 @@ from env.bargain.evaluation import play_cell
 from env.bargain.play import play_episode
 from env.bargain.players import BASELINES, BUYERS, PERSONAS, SELLERS, make_player
 from env.bargain.protocol import parse_reply
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 
 
 def test_registry_sizes_and_errors():

@@ -11,7 +11,7 @@ from env.bargain.evaluation import episode_seed
 from env.bargain.play import play_episode
 from env.bargain.players import make_player
 from env.bargain.protocol import parse_reply
-from env.bargain.scenarios import get_split, make_scenario
+from env.bargain.sources import get_split, make_scenario
 from training.engine.backends import Completion, SamplingConfig, TransformersBackend
 from training.games.bargain.prompts import LeakError
 from training.engine.rollout import LLMAgent, Teacher

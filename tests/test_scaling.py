@@ -125,7 +125,7 @@ def test_grpo_with_use_vllm_server_generates_every_turn_through_the_server(tiny,
 
     from trl import ModelConfig, TrlParser
 
-    from env.bargain.scenarios import get_split
+    from env.bargain.sources import get_split
     from training.rl import run as grpo
     from training.engine.backends import TRLVLLMBackend
     from training.common.cli import parse

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from env.bargain.catalog import builtin_catalog
-from env.bargain.scenarios import (ScenarioDataError, amazon_path, get_split, load_json_products, load_scenarios,
+from env.bargain.sources import (ScenarioDataError, amazon_path, get_split, load_json_products, load_scenarios,
                            make_scenario, split_scenarios)
 from env.bargain.play import play_episode
 from env.bargain.players import make_player

@@ -266,7 +266,7 @@ def test_tool_methods_have_google_docstrings():
 def test_grpo_runs_through_environment_factory_against_the_server(url, tiny_dir, tmp_path):
     """A few GRPO steps of TRL's tool-calling trainer on the tiny model, every rollout's environment
     a session on the served environment, every episode a train-split product."""
-    from env.bargain.scenarios import get_split
+    from env.bargain.sources import get_split
     from training.grpo_tools import main
 
     trainer = main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(tmp_path),

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from env.bargain.evaluation import episode_seed
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 from training import grpo, sft
 from training.engine.backends import SamplingConfig, TransformersBackend
 from training.engine.models import is_pretrained, load_model

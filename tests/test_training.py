@@ -79,7 +79,7 @@ def test_smoke_pipeline_writes_every_artifact(tmp_path):
 
 def test_sdpo_hindsight_never_shows_the_cost():
     from env.bargain.evaluation import episode_seed
-    from env.bargain.scenarios import get_split
+    from env.bargain.sources import get_split
     from training.games.bargain.rollout import play_episodes
     from training.rl.hindsight import hindsight
 
@@ -254,7 +254,7 @@ def test_a_rerun_skips_the_stages_an_earlier_run_finished(tmp_path):
 def test_shipped_checkpoint_plays_offline():
     from env.bargain.play import play_episode
     from env.bargain.players import make_player
-    from env.bargain.scenarios import get_split
+    from env.bargain.sources import get_split
     from training.engine.backends import SamplingConfig, TransformersBackend
     from training.engine.models import load_model
     from training.engine.rollout import LLMAgent
@@ -319,7 +319,7 @@ def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny
 
 
 def test_generalisation_studies_say_what_they_run_and_the_model_seller_plays_the_first_products():
-    from env.bargain.scenarios import amazon_path
+    from env.bargain.sources import amazon_path
     from training.generalisation import GeneralisationConfig, studies
     plan = studies(GeneralisationConfig(buyer_models="grpo=x", held_out_seller="boulware", limit=30))
     assert plan["b_held_out_seller"]["options"]["sellers"] == "boulware"

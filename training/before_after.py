@@ -23,7 +23,7 @@ from env.bargain.evaluation import EVAL_SEED_BASE, SEEDS_PER_PRODUCT, episode_se
 from env.bargain.play import play_episode
 from env.bargain.players import SELLERS, make_player
 from env.bargain.players.oracle import OracleBuyer
-from env.bargain.scenarios import get_split
+from env.bargain.sources import get_split
 from training.common.cli import parse
 from training.common.provenance import provenance, write_json
 from training.engine.backends import SamplingConfig

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from env.bargain.scenarios import ScenarioDataError
+from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
 from training.common.provenance import provenance, write_json
 from training.engine.backends import SamplingConfig

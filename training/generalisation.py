@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from env.bargain.players import SELLERS
-from env.bargain.scenarios import is_union, resolve_source, union_parts
+from env.bargain.sources import is_union, resolve_source, union_parts
 from training.engine.backends import SamplingConfig
 from training.common.cli import parse
 from training.games.bargain import BargainGame

@@ -24,7 +24,7 @@ import torch
 from trl import SFTConfig, SFTTrainer, TrlParser
 
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import ScenarioDataError
+from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
 from training.common.provenance import command_line, provenance, write_json, write_lineage
 from training.engine.backends import TransformersBackend

@@ -12,7 +12,7 @@ from env.bargain.play import Match, play_episode
 from env.bargain.protocol import Action, ParsedReply, compose_reply, format_price, parse_reply
 from env.bargain.rules import BUYER, SELLER, deal_reward, end_reward
 from env.bargain.scenario import Scenario, ScenarioDataError
-from env.bargain.scenarios import get_split, load_scenarios, split_scenarios
+from env.bargain.sources import get_split, load_scenarios, split_scenarios
 
 __all__ = ["BargainEnv", "EpisodeMetrics", "Message", "Observation", "StepResult", "Match", "play_episode", "Action",
            "ParsedReply", "compose_reply", "format_price", "parse_reply", "BUYER", "SELLER", "deal_reward",

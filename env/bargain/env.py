@@ -23,7 +23,7 @@ from typing import NamedTuple
 import env.bargain.rules as rules
 from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER
-from env.bargain.scenarios import Scenario
+from env.bargain.sources import Scenario
 from env.text import valid_text
 
 DEFAULT_MAX_TURNS = 6

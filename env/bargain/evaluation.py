@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, EpisodeMetrics
 from env.bargain.play import play_episode
 from env.bargain.players.base import Player
-from env.bargain.scenarios import Scenario
+from env.bargain.sources import Scenario
 
 # Evaluation seeds live far from training seeds (training uses seeds below this).
 EVAL_SEED_BASE = 1_000_000

@@ -14,7 +14,7 @@ from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, EpisodeMetrics, StepR
 from env.bargain.players.base import Player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import SOURCES, Scenario, get_split, resolve_source
+from env.bargain.sources import SOURCES, Scenario, get_split, resolve_source
 from env.core import make_env
 
 from env.settings import MAX_SEED, SettingsError, check_seed  # noqa: F401  (the game's settings, in one place)

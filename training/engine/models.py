@@ -48,7 +48,7 @@ def tokenizer_corpus(games: int = 1500, seed: int = 0) -> list[str]:
     """Chat-formatted negotiation text from scripted games on the built-in catalog's train split."""
     from env.bargain.play import play_episode  # noqa: PLC0415
     from env.bargain.players import BUYERS, SELLERS, make_player  # noqa: PLC0415
-    from env.bargain.scenarios import get_split  # noqa: PLC0415
+    from env.bargain.sources import get_split  # noqa: PLC0415
     from training.games.bargain.prompts import new_user_messages, system_prompt  # noqa: PLC0415
 
     rng = random.Random(seed)

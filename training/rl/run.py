@@ -23,7 +23,7 @@ from datasets import Dataset
 from trl import GRPOConfig, ModelConfig, TrlParser
 
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import ScenarioDataError
+from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
 from training.common.provenance import command_line, provenance, read_lineage, write_json, write_lineage
 from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend, TRLVLLMBackend

@@ -14,7 +14,7 @@ from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
-from env.bargain.scenarios import (PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, ScenarioDataError, check_budget_factor, get_split,
+from env.bargain.sources import (PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, ScenarioDataError, check_budget_factor, get_split,
                                    is_union, resolve_source, union_parts)
 from training.engine.backends import SamplingConfig
 from training.games.bargain.config import BargainEvalArgs

@@ -10,7 +10,7 @@ from env.bargain.env import DEFAULT_MAX_TURNS
 from env.bargain.evaluation import SEEDS_PER_PRODUCT
 from env.bargain.players import BUYERS, SELLERS, parse_names
 from env.bargain.protocol import REASONING_MODES
-from env.bargain.scenarios import GENERATED, SOURCES, check_budget_factor, is_union
+from env.bargain.sources import GENERATED, SOURCES, check_budget_factor, is_union
 from training.games.base import EvalArgs, label, name_path
 
 SHIPPED = ("artifacts/eval_scripted.json", "artifacts/transcripts/eval_scripted.jsonl")

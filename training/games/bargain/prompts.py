@@ -13,7 +13,7 @@ import re
 from env.bargain.env import Message, Observation
 from env.bargain.protocol import format_price
 from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import Scenario
+from env.bargain.sources import Scenario
 from training.engine.rollout import LeakError
 from training.engine.untrusted import TextGuard
 

@@ -18,7 +18,7 @@ from env.bargain.play import Match
 from env.bargain.players import make_player
 from env.bargain.players.base import Player
 from env.bargain.rules import BUYER, SELLER
-from env.bargain.scenarios import Scenario
+from env.bargain.sources import Scenario
 from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
     token_fields
 from training.games.bargain.prompts import assert_no_leak, guard_observation, new_user_messages, system_prompt

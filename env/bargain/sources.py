@@ -1,4 +1,4 @@
-"""Scenarios: one product, a buyer budget and a seller cost.
+"""Where scenarios come from (sources) and how each is split into train and test products.
 
 Sources:
 
