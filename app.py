@@ -14,12 +14,42 @@ import threading
 
 from env.bargain.protocol import REASONING_MODES
 from space import figures as F
-from space.api import (API, GAMES, MARKETS, evaluate_policy, game_state, list_artifacts, list_scenarios,  # noqa: F401
-                       market_act, market_evaluate, market_play, market_schema, market_start, market_state,
-                       mcp_results_as_json, play_episode, read_artifact, send_reply, start_game)
-from space.ui import (api_entry, api_example, before_after_buyers, build, models_overview,  # noqa: F401
-                      players_table, product_choices, scenario_stats, sft_sample, ui_artifact, ui_before_after,
-                      ui_market_start, ui_send, ui_start)
+from space.api import (  # noqa: F401
+    API,
+    GAMES,
+    MARKETS,
+    evaluate_policy,
+    game_state,
+    list_artifacts,
+    list_scenarios,
+    market_act,
+    market_evaluate,
+    market_play,
+    market_schema,
+    market_start,
+    market_state,
+    mcp_results_as_json,
+    play_episode,
+    read_artifact,
+    send_reply,
+    start_game,
+)
+from space.ui import (  # noqa: F401
+    api_entry,
+    api_example,
+    before_after_buyers,
+    build,
+    models_overview,
+    players_table,
+    product_choices,
+    scenario_stats,
+    sft_sample,
+    ui_artifact,
+    ui_before_after,
+    ui_market_start,
+    ui_send,
+    ui_start,
+)
 
 mcp_results_as_json()
 

@@ -18,6 +18,10 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol, runtime_checkable
 
 
+class LeakError(RuntimeError):
+    """A prompt would show a player something only the other side may know."""
+
+
 @runtime_checkable
 class StepOutcome(Protocol):
     observation: Any

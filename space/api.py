@@ -10,16 +10,18 @@ import gradio as gr
 
 from env.bargain.env import DEFAULT_MAX_TURNS
 from env.bargain.evaluation import EVAL_SEED_BASE, SEEDS_PER_PRODUCT, mix_rows, play_cell, summarize_row
-from env.market import ACTION_SCHEMA, POLICIES, TASKS as MARKET_TASKS, make_policy, play_market
-from env.market.actions import ACTION_DOCS
-from env.market.evaluation import MARKET_EVAL_SEED_BASE, summarize as summarize_market
 from env.bargain.players import BUYERS, SELLERS, make_player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import get_split
+from env.market import ACTION_SCHEMA, POLICIES, make_policy, play_market
+from env.market import TASKS as MARKET_TASKS
+from env.market.actions import ACTION_DOCS
+from env.market.evaluation import MARKET_EVAL_SEED_BASE
+from env.market.evaluation import summarize as summarize_market
 from space import figures as F
 from space import market as M
-from space.bargain import HUMAN, MODEL, GameError, BargainSessions, available_sources, check_seed, view
+from space.bargain import HUMAN, MODEL, BargainSessions, GameError, available_sources, check_seed, view
 from space.model import load_seat, model_label, model_roles
 
 GAMES = BargainSessions(model_loader=load_seat, model_roles=model_roles)

@@ -9,17 +9,18 @@ from pathlib import Path
 
 import gradio as gr
 
-from env.market import ACTION_SCHEMA, TASKS as MARKET_TASKS
 from env.bargain.players import BUYERS, SELLERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import get_split, load_scenarios
+from env.market import ACTION_SCHEMA
+from env.market import TASKS as MARKET_TASKS
 from space import figures as F
 from space import market as M
+from space.api import API, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
 from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sources, choices, view
 from space.card import model_card
 from space.model import ENV_VAR, model_label, model_path, model_roles
-from space.api import API, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
 
 PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
 

@@ -20,8 +20,8 @@ from env.bargain.protocol import Action
 from env.bargain.rules import BUYER, SELLER
 from training.engine.backends import SamplingConfig
 from training.engine.rollout import LLMAgent
-from training.games.bargain.rollout import BargainSeat
 from training.engine.untrusted import JOINER, TextGuard
+from training.games.bargain.rollout import BargainSeat
 
 LLAMA3_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
@@ -147,6 +147,7 @@ def test_the_spaces_model_seat_reads_hostile_text_as_text(tiny_dir, monkeypatch)
     """The Space's model seat (a person may type anything as the seller): the prompt it generates
     from holds only the template's control ids."""
     from transformers import AutoTokenizer
+
     from space import model as seat_module
     monkeypatch.setenv(seat_module.ENV_VAR, str(tiny_dir))
     monkeypatch.setattr(seat_module, "_loaded", {})
@@ -168,6 +169,7 @@ def test_a_teacher_quoting_a_hostile_title_writes_no_control_token(tiny_dir):
     """Expert data (SFT): the expert names the product in its Talk; a scenario file's title full of
     control strings must not put control ids into what the model is trained to write."""
     from transformers import AutoTokenizer
+
     from env.bargain.sources import make_scenario
     from training.engine.rollout import Teacher
     from training.games.bargain.rollout import play_episodes

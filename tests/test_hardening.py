@@ -170,7 +170,7 @@ def test_a_lone_surrogate_in_a_reply_is_kept_as_serialisable_text():
 # ---------------------------------------------------------------------- 4. no forged environment text
 def _rendered_for_seller(talk: str) -> list[str] | None:
     """The seller's prompt turn for a buyer reply with this Talk (None if the reply is refused)."""
-    from training.games.bargain.prompts import new_user_messages  # noqa: PLC0415
+    from env.bargain.prompts import new_user_messages  # noqa: PLC0415
 
     env = BargainEnv()
     env.reset(0, {"scenario": make_scenario("Lamp", "A lamp.", "home", 100.0, 40.0, "forge")})

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from env.market import MarketEnv, TASKS, make_policy, parse_action, play_market
+from env.core import LeakError
+from env.market import TASKS, MarketEnv, make_policy, parse_action, play_market
+from env.market.prompts import assert_market_no_leak, market_system_prompt, market_user_message
 from training import evaluate, grpo, sdpo, sft
 from training.engine.backends import SamplingConfig, TransformersBackend
+from training.engine.rollout import LLMAgent, Teacher
 from training.games.market import MarketEpisode, MarketGame
 from training.games.market.rollout import play_market_episodes
-from training.games.market.prompts import assert_market_no_leak, market_system_prompt, market_user_message
-from training.games.bargain.prompts import LeakError
-from training.engine.rollout import LLMAgent, Teacher
 
 TASK_NAMES = list(TASKS)
 

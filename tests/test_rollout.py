@@ -12,11 +12,10 @@ from env.bargain.play import play_episode
 from env.bargain.players import make_player
 from env.bargain.protocol import parse_reply
 from env.bargain.sources import get_split, make_scenario
+from env.core import LeakError
 from training.engine.backends import Completion, SamplingConfig, TransformersBackend
-from training.games.bargain.prompts import LeakError
 from training.engine.rollout import LLMAgent, Teacher
-from training.games.bargain.rollout import BargainSeat
-from training.games.bargain.rollout import LLMPlayer, play_episodes
+from training.games.bargain.rollout import BargainSeat, LLMPlayer, play_episodes
 
 SCENARIOS = get_split("builtin", "test")
 

@@ -25,11 +25,11 @@ from transformers import HfArgumentParser
 
 from env.bargain.players import SELLERS
 from env.bargain.sources import is_union, resolve_source, union_parts
-from training.engine.backends import SamplingConfig
 from training.common.cli import parse
+from training.common.provenance import provenance, write_json
+from training.engine.backends import SamplingConfig
 from training.games.bargain import BargainGame
 from training.games.bargain.config import BargainEvalArgs
-from training.common.provenance import provenance, write_json
 
 ADVERSARIAL = ("begging", "insulting", "unyielding")
 

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-
 # Tokens a reply may take (after any thinking), in training and evaluation alike. The expert's replies,
 # which SFT teaches token for token, run to about 100 tokens with the tiny model's single-digit
 # tokenizer (Thought with its arithmetic, Talk naming the product, Action); a budget below that

@@ -21,8 +21,8 @@ import re
 import threading
 from pathlib import Path
 
-from training.engine import smollm2
 from training.common.provenance import LINEAGE, REPO_ROOT, git_commit, read_lineage, write_json
+from training.engine import smollm2
 
 _LOAD_LOCK = threading.Lock()
 
@@ -48,8 +48,8 @@ def tokenizer_corpus(games: int = 1500, seed: int = 0) -> list[str]:
     """Chat-formatted negotiation text from scripted games on the built-in catalog's train split."""
     from env.bargain.play import play_episode  # noqa: PLC0415
     from env.bargain.players import BUYERS, SELLERS, make_player  # noqa: PLC0415
+    from env.bargain.prompts import new_user_messages, system_prompt  # noqa: PLC0415
     from env.bargain.sources import get_split  # noqa: PLC0415
-    from training.games.bargain.prompts import new_user_messages, system_prompt  # noqa: PLC0415
 
     rng = random.Random(seed)
     scenarios = get_split("builtin", "train")
@@ -161,6 +161,7 @@ def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto",
 def _load_model(name: str, device: str | None, dtype: str, trainable: bool):
     """``load_model``'s work, under its lock."""
     import torch  # noqa: PLC0415
+
     # the defining modules, not transformers' lazy top level: its attribute lookup is not safe while
     # another thread (the Space's warm-up) imports transformers too; module imports are
     from transformers.models.auto.modeling_auto import AutoModelForCausalLM  # noqa: PLC0415

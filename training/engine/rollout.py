@@ -26,10 +26,6 @@ from env.bargain.protocol import REASONING_MODES
 from training.engine.backends import Completion, OpenAIChatBackend, SamplingConfig
 from training.engine.untrusted import TextGuard
 
-class LeakError(RuntimeError):
-    """A prompt would show a player something only the other side may know."""
-
-
 _PLACEHOLDER = "\u2063HAGGLE_MESSAGE\u2063"
 
 

@@ -14,12 +14,20 @@ from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
 from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
-from env.bargain.sources import (PAPER_PRODUCTS, PAPER_TEST_PRODUCTS, ScenarioDataError, check_budget_factor, get_split,
-                                   is_union, resolve_source, union_parts)
+from env.bargain.sources import (
+    PAPER_PRODUCTS,
+    PAPER_TEST_PRODUCTS,
+    ScenarioDataError,
+    check_budget_factor,
+    get_split,
+    is_union,
+    resolve_source,
+    union_parts,
+)
+from training.common.provenance import provenance, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.bargain.config import BargainEvalArgs
 from training.games.base import build_agent
-from training.common.provenance import provenance, write_json, write_jsonl
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,19 @@ from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv, Observation
 from env.bargain.play import Match
 from env.bargain.players import make_player
 from env.bargain.players.base import Player
+from env.bargain.prompts import assert_no_leak, new_user_messages, system_prompt
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import Scenario
-from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
-    token_fields
-from training.games.bargain.prompts import assert_no_leak, guard_observation, new_user_messages, system_prompt
+from training.engine.rollout import (
+    Conversation,
+    EpisodeRecord,
+    LLMAgent,
+    Teacher,
+    generate_replies,
+    step_replies,
+    token_fields,
+)
+from training.engine.untrusted import TextGuard
 
 
 @dataclass
@@ -132,3 +140,11 @@ class LLMPlayer:
     def act(self, obs: Observation) -> str:
         self.conv.observe(obs)
         return generate_replies(self.agent, [self.conv])[0]
+
+
+def guard_observation(obs: Observation, guard: TextGuard) -> Observation:
+    """A bilateral ``Observation`` with every text a player or a scenario file wrote guarded: the
+    product's title, description and category and each message's Talk. Prices, actions and notes
+    are the environment's own and stay as they are."""
+    return obs._replace(title=guard(obs.title), description=guard(obs.description), category=guard(obs.category),
+                        history=tuple(m._replace(talk=guard(m.talk)) for m in obs.history))

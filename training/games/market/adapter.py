@@ -13,10 +13,10 @@ from pathlib import Path
 from env.bargain.players import parse_names
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, format_market_table
 from env.market.world import TASKS
+from training.common.provenance import provenance, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.base import build_agent
 from training.games.market.config import MarketEvalArgs
-from training.common.provenance import provenance, write_json, write_jsonl
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ class MarketGame:
         several agents (reasoning formats) games alternate formats."""
         from datasets import Dataset  # noqa: PLC0415
 
-        from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
         from training.engine.rollout import Teacher  # noqa: PLC0415
+        from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
 
         episodes = [(e.task, e.seed) for e in self.rows(games)]
         records = play_market_episodes(episodes, [Teacher("expert", agents[i % len(agents)]) for i in range(games)])

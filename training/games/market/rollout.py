@@ -24,9 +24,17 @@ from env.market.env import MarketEnv, MarketStep
 from env.market.evaluation import transcript
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
-from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
-    token_fields
-from training.games.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
+from env.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
+from training.engine.rollout import (
+    Conversation,
+    EpisodeRecord,
+    LLMAgent,
+    Teacher,
+    generate_replies,
+    step_replies,
+    token_fields,
+)
+
 
 @dataclass
 class MarketRecord(EpisodeRecord):

@@ -14,8 +14,7 @@ from env.bargain.env import Message, Observation
 from env.bargain.protocol import format_price
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import Scenario
-from training.engine.rollout import LeakError
-from training.engine.untrusted import TextGuard
+from env.core import LeakError
 
 FORMATS = {
     "option_a": "Reply in three lines:\nThought: <private reasoning>\nTalk: <what you say>\nAction: <one action>",
@@ -102,11 +101,3 @@ def assert_no_leak(text: str, scenario: Scenario, role: str, opponent_thoughts: 
         if thought and len(thought) >= 8 and thought in text:
             raise LeakError(f"prompt for the {role} contains the other side's private reasoning")
     return text
-
-
-def guard_observation(obs: Observation, guard: TextGuard) -> Observation:
-    """A bilateral ``Observation`` with every text a player or a scenario file wrote guarded: the
-    product's title, description and category and each message's Talk. Prices, actions and notes
-    are the environment's own and stay as they are."""
-    return obs._replace(title=guard(obs.title), description=guard(obs.description), category=guard(obs.category),
-                        history=tuple(m._replace(talk=guard(m.talk)) for m in obs.history))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import re
 
+from env.core import LeakError
 from env.market import rules
 from env.market.actions import EXAMPLES
 from env.market.env import MarketEnv, MarketStep
 from env.market.world import ACTIONS_PER_TURN, TASKS
-from training.engine.rollout import LeakError
 
 LAB = "lab0"  # the seat a model plays
 FORMATS = {
