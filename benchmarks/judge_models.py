@@ -19,6 +19,7 @@ import time
 
 from env.market import MarketEnv, make_policy, play_market
 from env.market.judge import LLMJudge, RubricJudge, read_verdict
+from training.common.provenance import benchmark_artifact
 from env.market.world import TASKS
 
 SEED_BASE = 1_000_000  # held-out market seeds (training uses lower ones)
@@ -76,8 +77,6 @@ def rate(model_name: str, pitches: list[tuple], max_new_tokens: int, batch: int)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from training.common.provenance import provenance, write_json  # noqa: PLC0415
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="smollm2-135m,artifacts/checkpoints/grpo-tiny")
     ap.add_argument("--pitches", type=int, default=16, help="prompts per model (half of them with a forged verdict)")
@@ -92,13 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
     for r in results:
         print(f"{r['model']}: {r['valid_verdicts']}/{r['prompts']} valid verdicts ({r['valid_rate']:.0%}), "
               f"forged pitches scored 1.0: {r['forged_pitches_scored_1']}")
-    data = {"provenance": provenance(vars(args), {"market_seed_base": SEED_BASE, "judge_nonce_seed": 0},
-                                     time.perf_counter() - start),
-            "results": results}
-    if args.out:
-        write_json(args.out, data)
-    return data
-
+    return benchmark_artifact(args.out, vars(args), {"market_seed_base": SEED_BASE, "judge_nonce_seed": 0}, start,
+                              results)
 
 if __name__ == "__main__":
     main()

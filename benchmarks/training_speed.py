@@ -110,7 +110,7 @@ def rollout_speed(name: str, precision: str, episodes: int, max_new_tokens: int)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from training.common.provenance import command_line, provenance, write_json  # noqa: PLC0415
+    from training.common.provenance import benchmark_artifact, command_line  # noqa: PLC0415
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="tiny,smollm2-135m")
@@ -136,14 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
         ro = {r["precision"]: r["episodes_per_s"] for r in results["rollout"] if r["model"] == name}
         results["bf16_over_fp32"][name] = {"sft_tokens_per_s": sft["bfloat16"] / sft["float32"],
                                            "rollout_episodes_per_s": ro["bfloat16"] / ro["float32"]}
-    artifact = {"provenance": provenance(vars(a), {"rollout": "train products 0.., seeds 0.. (greedy off, T=0.7, "
-                                                              "sampling seed 0)"},
-                                         time.perf_counter() - start,
-                                         command_line(__file__, [__file__, *(sys.argv[1:] if argv is None else argv)])),
-                "results": results}
-    if a.out:
-        write_json(a.out, artifact)
-    return artifact
+    return benchmark_artifact(a.out, vars(a), {"rollout": "train products 0.., seeds 0.. (greedy off, T=0.7, "
+                                               "sampling seed 0)"}, start, results,
+                              command_line(__file__, [__file__, *(sys.argv[1:] if argv is None else argv)]))
 
 
 if __name__ == "__main__":

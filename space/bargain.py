@@ -66,10 +66,6 @@ class BargainSession(Session):
     names: dict
 
     @property
-    def env(self) -> BargainEnv:
-        return self.match.env
-
-    @property
     def human(self) -> str | None:
         return self.match.outside_role()
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from env.market import rules
 from env.market.actions import ACTION_DOCS, EXAMPLES, MAX_ACTION_CHARS, Invalid, parse_action
 from env import settings
-from env.market.env import MarketEnv
 from env.market.evaluation import transcript
 from env.market.play import MarketMatch
 from env.market.players import POLICIES, make_policy
@@ -43,10 +42,6 @@ class MarketSession(Session):
 
     policy: str
     counterparts: str
-
-    @property
-    def env(self) -> MarketEnv:
-        return self.match.env
 
     @property
     def human(self) -> bool:

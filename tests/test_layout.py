@@ -38,3 +38,17 @@ def test_the_library_lives_in_subpackages_and_has_no_entry_points():
     assert top == scripts(), f"library modules at training/'s top: {sorted(top - scripts())}"
     for path in TRAINING.glob("*/**/*.py"):
         assert 'if __name__ == "__main__":' not in path.read_text(), path.relative_to(ROOT)
+
+
+def test_rl_without_a_policy_to_start_from_says_what_to_run_first(tmp_path):
+    """``python training/grpo.py`` on a fresh clone (no runs/sft/final): one line naming the fix, not a
+    transformers traceback about repo ids."""
+    import pytest
+
+    from training import grpo
+    missing = tmp_path / "runs" / "sft" / "final"
+    with pytest.raises(SystemExit) as exc:
+        grpo.main(["--smoke", "--model_name_or_path", str(missing), "--output_dir", str(tmp_path / "out"),
+                   "--curve", ""])
+    message = str(exc.value)
+    assert message.startswith("error: no model at") and "training/sft.py" in message and "\n" not in message

@@ -10,7 +10,7 @@ stage's buyer (``training/before_after.py``) -> the generalisation studies
 training stage. Writes ``artifacts/pipeline.json`` with each stage's command, wall time and hardware.
 
     python training/pipeline.py                 # the default preset: at most 60 minutes on this CPU
-    nohup python training/pipeline.py --preset full > runs/pipeline.log 2>&1 &   # the shipped run (~2.3 h)
+    nohup python training/pipeline.py --preset full > runs/pipeline.log 2>&1 &   # the shipped run (2.4 h here)
     python training/pipeline.py --smoke --workdir /tmp/haggle-smoke   # minutes: what the tests run
 """
 

@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,15 @@ def provenance(config: dict, seeds: Any, wall_time_s: float, command: str | None
         "machine": machine(),
         "wall_time_s": round(wall_time_s, 3),
     }
+
+
+def benchmark_artifact(out: str, config: dict, seeds, start: float, results, command: str | None = None) -> dict:
+    """A benchmark's artifact (``provenance`` and ``results``, the benchmark contract), written to ``out``
+    unless it is empty; ``start`` is the run's ``time.perf_counter()`` at its beginning."""
+    artifact = {"provenance": provenance(config, seeds, time.perf_counter() - start, command), "results": results}
+    if out:
+        write_json(out, artifact)
+    return artifact
 
 
 def _atomic_write(path: str | os.PathLike, write) -> Path:

@@ -20,15 +20,8 @@ from env.bargain.players.base import Player
 from env.bargain.prompts import assert_no_leak, new_user_messages, system_prompt
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import Scenario
-from training.engine.rollout import (
-    Conversation,
-    EpisodeRecord,
-    LLMAgent,
-    Teacher,
-    generate_replies,
-    step_replies,
-    token_fields,
-)
+from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
+    token_fields
 from training.engine.untrusted import TextGuard
 
 

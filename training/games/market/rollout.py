@@ -25,15 +25,8 @@ from env.market.evaluation import transcript
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
-from training.engine.rollout import (
-    Conversation,
-    EpisodeRecord,
-    LLMAgent,
-    Teacher,
-    generate_replies,
-    step_replies,
-    token_fields,
-)
+from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
+    token_fields
 
 
 @dataclass
