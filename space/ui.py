@@ -417,7 +417,8 @@ def _artifacts_tab() -> None:
                  headers=["file", "bytes", "commit", "date", "command"], interactive=False, wrap=True,
                  max_height=100_000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
                  elem_id="artifacts-table")
-    first = rows[0]["file"] if rows else None
+    # the first file a run produced (one with a provenance record), not a document such as RESULTS.md
+    first = next((r["file"] for r in rows if r["command"]), rows[0]["file"] if rows else None)
     pick = gr.Dropdown([r["file"] for r in rows], value=first, label="File", elem_id="artifact-pick")
     path, info = ui_artifact(first) if first else (None, None)
     download = gr.File(value=path, label="Download", elem_id="artifact-download")
