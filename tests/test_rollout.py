@@ -52,7 +52,9 @@ def _check_masks(rec, tok, agent):
     # what the environment and the opponent said sits in mask-0 tokens
     env_text = tok.decode(rec.prompt_ids + [t for t, m in zip(rec.completion_ids, rec.env_mask) if m == 0])
     other = "seller" if rec.trained_role == "buyer" else "buyer"
-    for turn in rec.transcript["turns"]:
+    turns = rec.transcript["turns"]
+    seen = max((k for k, t in enumerate(turns) if t["role"] == rec.trained_role), default=-1)
+    for turn in turns[:seen]:  # what the opponent said before the model's last reply (a final word is never shown)
         if turn["role"] == other and turn["error"] is None and turn["talk"]:
             assert turn["talk"] in env_text
             if turn["thought"]:
@@ -285,3 +287,64 @@ def test_a_trained_seller_is_credited_with_the_sellers_reward_not_the_buyers():
         else:
             assert s.reward == 0.0
     assert deals >= 2
+
+
+def test_continuous_batching_gives_the_tokens_of_lockstep_generate(tiny):
+    """The continuous batcher (more requests than rows, each row at its own length, a second turn that
+    only feeds its new tokens) gives the tokens and log-probs of lockstep ``generate``."""
+    import random
+
+    from training.engine.batching import ContinuousBatcher, Request
+
+    model, tok = tiny
+    backend = TransformersBackend(model, tok, SamplingConfig(temperature=0.0))
+    r = random.Random(5)
+    prompts = [[r.randrange(5, len(tok)) for _ in range(r.randrange(10, 70))] for _ in range(7)]
+    probe = backend.generate_ids(prompts, 16, [tok.eos_token_id])
+    stops = tuple(sorted({probe[0].ids[1], probe[3].ids[6]}))  # tokens the model does emit: replies end unevenly
+    extra = [[r.randrange(5, len(tok)) for _ in range(r.randrange(1, 9))] for _ in prompts]
+    first, second = {}, {}
+
+    def on_done(i, c):
+        if i in first:
+            second[i] = c
+            return None
+        first[i] = c
+        return Request(i, prompts[i] + c.ids + extra[i], 16, stops)
+
+    batcher = ContinuousBatcher(model, backend.sampling, backend.pad_id, max_rows=3)
+    batcher.run([Request(i, p, 16, stops) for i, p in enumerate(prompts)], on_done)
+    ref1 = backend.generate_ids(prompts, 16, list(stops))
+    assert len({len(c.ids) for c in ref1}) > 1 and any(c.stopped for c in ref1)
+    ref2 = backend.generate_ids([p + c.ids + e for p, c, e in zip(prompts, ref1, extra)], 16, list(stops))
+    for i in range(len(prompts)):
+        for got, ref in ((first[i], ref1[i]), (second[i], ref2[i])):
+            assert got.ids == ref.ids and got.stopped == ref.stopped
+            assert max(abs(a - b) for a, b in zip(got.logprobs, ref.logprobs)) < 1e-3
+
+
+@pytest.mark.parametrize("mode", ["option_a", "option_b"])
+def test_continuous_episodes_equal_each_episode_alone_near_the_context_limit(mode):
+    """Episodes served by continuous batching (fewer rows than episodes, episodes ending at different
+    turns, one conversation a few tokens from the context limit) play as each would alone, with the
+    trained tokens' masks aligned. The shipped trained tiny buyer plays, so games end at different turns."""
+    from training.engine.models import load_model
+
+    model, tok = load_model("artifacts/checkpoints/grpo-tiny", device="cpu", dtype="float32")
+    agent = _agent((model, tok), mode, temperature=0.0, max_new_tokens=128, think_tokens=16)
+    agent.backend.max_rows = 3
+    eps = _episodes(6, offset=3)
+    sellers = ["neutral", "conceder", "boulware", "unyielding", "tit_for_tat", "begging"]
+
+    def alone():
+        return [play_episodes([e], agent, s)[0] for e, s in zip(eps, sellers)]
+
+    # the longest episode's last reply gets a few tokens of room: its context ends there
+    agent.max_len = max(len(r.prompt_ids) + len(r.completion_ids) for r in alone()) - 3
+    one_by_one = alone()
+    together = play_episodes(eps, agent, sellers)
+    assert len({len(r.turns) for r in together}) > 1, "episodes end at different turns"
+    assert any(len(r.prompt_ids) + len(r.completion_ids) >= agent.max_len - 1 for r in together)
+    for a, b in zip(one_by_one, together):
+        assert a.transcript == b.transcript and a.completion_ids == b.completion_ids
+        _check_masks(b, tok, agent)

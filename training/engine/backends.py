@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
+
+from training.engine.batching import Completion, ContinuousBatcher, Request
 
 # Tokens a reply may take (after any thinking), in training and evaluation alike. The expert's replies,
 # which SFT teaches token for token, run to about 100 tokens with the tiny model's single-digit
@@ -44,14 +46,6 @@ class SamplingConfig:
             raise ValueError("max_new_tokens and think_tokens must be at least 1")
 
 
-class Completion(NamedTuple):
-    """Generated ids up to and including the first stop id; ``stopped`` is False at the length cap."""
-
-    ids: list[int]
-    logprobs: list[float] | None
-    stopped: bool
-
-
 class PrefixCache(NamedTuple):
     """One sequence's key/value states for its first ``length`` tokens, per layer ``(k, v)``
     with shape ``[1, kv_heads, length, head_dim]``: the next turn only feeds what is new."""
@@ -70,10 +64,15 @@ class TransformersBackend:
 
     kind = "transformers"
     prefix_cache = True
+    continuous = True  # ``stream``: continuous batching (training.engine.batching)
 
-    def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None):
+    def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, max_rows: int = 64,
+                 prefill_dtype: str = "auto", decode_dtype: str = "auto"):
         self.model, self.tokenizer = model, tokenizer
         self.sampling = sampling or SamplingConfig()
+        self.max_rows = max_rows
+        self.prefill_dtype, self.decode_dtype = _phase_dtype(model, prefill_dtype, "prefill"), \
+            _phase_dtype(model, decode_dtype, "decode")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.forward_seconds = 0.0
         self.calls = 0
@@ -97,6 +96,15 @@ class TransformersBackend:
         if self.model.device.type == "cuda":
             import torch  # noqa: PLC0415
             torch.cuda.synchronize()
+
+    def stream(self, requests: list[Request], on_done: Callable[[object, Completion], Request | None]) -> None:
+        """Serve ``requests`` with continuous batching (at most ``max_rows`` rows at a time); each
+        finished reply goes to ``on_done``, which may return the next request."""
+        batcher = ContinuousBatcher(self.model, self.sampling, self.pad_id, self.max_rows, self.prefill_dtype,
+                                    self.decode_dtype, getattr(self.model.config, "max_position_embeddings", None))
+        batcher.run(requests, on_done, seed=self.sampling.seed + self.calls)
+        self.calls += 1
+        self.decode_steps = getattr(self, "decode_steps", 0) + batcher.steps
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int],
                      caches: list[PrefixCache | None] | None = None) -> list[Completion]:
@@ -185,6 +193,24 @@ class TransformersBackend:
             out = self.model(input_ids=torch.tensor([first[:n]], device=self.model.device), use_cache=True)
         shared = PrefixCache(n, [(k, v) for k, v, *_ in out.past_key_values])
         return [shared] * len(prompts)
+
+
+def _phase_dtype(model, choice: str, phase: str):
+    """The precision of one generation phase: ``float32``, ``bfloat16`` (through autocast) or
+    ``auto``. On a CPU with bf16 matrix kernels, ``auto`` prefills in bf16 (compute-bound: about
+    twice the fp32 rate) and decodes in the weights' own precision (single-token steps are bound by
+    memory traffic and overhead, where fp32 weights measured faster than bf16 here:
+    ``benchmarks/rl_speed.py``). Elsewhere ``auto`` keeps the weights' precision."""
+    import torch  # noqa: PLC0415
+
+    if choice not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"a {phase} precision is auto, float32 or bfloat16, got {choice!r}")
+    if choice != "auto":
+        return getattr(torch, choice)
+    cpu_bf16 = model.device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if phase == "prefill" and cpu_bf16 and next(model.parameters()).dtype == torch.float32:
+        return torch.bfloat16
+    return None
 
 
 def _span(t, row: int, spans: list[tuple[int, int]]):

@@ -7,8 +7,10 @@ kept as one token stream that only ever grows (never re-rendered), so what the m
 generating is exactly what training scores: each generated token has mask 1 and its sampling
 log-prob; template, opponent and environment tokens have mask 0.
 
-``generate_replies`` makes one batched generation for every conversation waiting on an agent;
-each game's rollout (``training.games.<game>.rollout``) runs its episodes in lockstep around it.
+``play_turns`` plays a game's episodes (``training.games.<game>.rollout`` says how one moves on):
+with one model agent on a backend that batches continuously (``training.engine.batching``), each
+episode asks for its next reply as soon as its last one is complete; otherwise in lockstep, with
+``generate_replies`` making one batched generation for every conversation waiting on an agent.
 Any model output is handed to the environment as it is; what cannot be parsed is a format error
 that the environment scores, never replaced by a default move.
 
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from env.bargain.protocol import REASONING_MODES
-from training.engine.backends import Completion, OpenAIChatBackend, SamplingConfig
+from training.engine.backends import OpenAIChatBackend, SamplingConfig
+from training.engine.batching import Completion, Request
 from training.engine.untrusted import TextGuard
 
 _PLACEHOLDER = "\u2063HAGGLE_MESSAGE\u2063"
@@ -136,8 +139,69 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": text})
 
 
+class ReplyJob:
+    """One reply being written into a conversation: in option_b a thinking phase (stopped at
+    ``</think>`` or the cap, where the engine closes the block itself, mask 0) then the answer.
+    ``request()`` is what to generate next (prompt, token budget, stop ids; None when the reply is
+    complete), ``feed()`` takes the completion, ``finish()`` adds the reply to the conversation."""
+
+    def __init__(self, agent: LLMAgent, conv: Conversation):
+        self.agent, self.conv = agent, conv
+        self.start = len(conv.ids)
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.mask: list[int] = []
+        self.thinking = agent.think_close_id is not None
+        self.complete = False
+
+    def request(self) -> tuple[list[int], int, tuple[int, ...]] | None:
+        if self.complete:
+            return None
+        agent, s = self.agent, self.agent.sampling
+        if self.thinking:
+            budget, stops = s.think_tokens, (agent.think_close_id, agent.eos_id)
+        else:
+            budget = s.max_new_tokens + (s.think_tokens if agent.reasoning_mode == "option_b" else 0) * \
+                (agent.think_close_id is None)
+            stops = (agent.eos_id,)
+        prompt = self.conv.ids + self.ids
+        # within the model's context window: a prompt with no room left gets nothing
+        room = budget if agent.max_len is None else min(budget, agent.max_len - len(prompt))
+        return prompt, room, stops
+
+    def feed(self, c: Completion) -> None:
+        self.ids += c.ids
+        self.logprobs += c.logprobs if c.logprobs is not None else [0.0] * len(c.ids)
+        self.mask += [1] * len(c.ids)
+        if self.thinking:
+            self.thinking = False
+            if not c.stopped:  # thinking hit the cap: close the block for the model
+                close = self.agent.forced_close
+                self.ids, self.logprobs, self.mask = self.ids + close, self.logprobs + [0.0] * len(close), \
+                    self.mask + [0] * len(close)
+            elif c.ids and c.ids[-1] == self.agent.eos_id:  # the whole reply came in the thinking phase
+                self.complete = True
+            return
+        self.complete = True
+
+    def finish(self) -> str:
+        eos = self.agent.eos_id
+        ids, lps, mask = self.ids, self.logprobs, self.mask
+        body = ids[:-1] if ids and ids[-1] == eos else ids
+        text = self.agent.tokenizer.decode(body, skip_special_tokens=True)
+        if not ids or ids[-1] != eos:  # out of tokens: end the turn so the stream stays well formed
+            ids, lps, mask = ids + [eos], lps + [0.0], mask + [0]
+        self.conv.add_reply(self.start, ids, lps, mask, text)
+        return text
+
+
+def streams(agent: LLMAgent) -> bool:
+    """Whether ``agent``'s backend serves requests with continuous batching."""
+    return not agent.chat_only and getattr(agent.backend, "continuous", False)
+
+
 def generate_replies(agent: LLMAgent, convs: Sequence[Conversation]) -> list[str]:
-    """One batched generation for every conversation waiting on ``agent``; returns reply texts."""
+    """One reply for every conversation waiting on ``agent`` (batched); returns the reply texts."""
     s = agent.sampling
     if agent.chat_only:
         budget = s.max_new_tokens + (s.think_tokens if agent.reasoning_mode == "option_b" else 0)
@@ -147,62 +211,97 @@ def generate_replies(agent: LLMAgent, convs: Sequence[Conversation]) -> list[str
             conv.add_reply(0, [], [], [], reply.text)
             texts.append(text)
         return texts
-    eos = agent.eos_id
-    starts = [len(c.ids) for c in convs]
-    parts: list[tuple[list[int], list[float], list[int]]] = [([], [], []) for _ in convs]
-    pending = list(range(len(convs)))
-    if agent.think_close_id is not None:  # option_b, phase 1: think up to the cap
-        firsts = _generate(agent, [convs[i] for i in pending], [convs[i].ids for i in pending], s.think_tokens,
-                           [agent.think_close_id, eos])
-        nxt = []
-        for i, c in zip(pending, firsts):
-            ids, lps, mask = list(c.ids), list(c.logprobs), [1] * len(c.ids)
-            if not c.stopped:  # thinking hit the cap: close the block for the model
-                ids += agent.forced_close
-                lps += [0.0] * len(agent.forced_close)
-                mask += [0] * len(agent.forced_close)
-            parts[i] = (ids, lps, mask)
-            if not (c.stopped and c.ids and c.ids[-1] == eos):
-                nxt.append(i)
-        pending = nxt
-    answer_budget = s.max_new_tokens + (s.think_tokens if agent.reasoning_mode == "option_b"
-                                        and agent.think_close_id is None else 0)
-    if pending:
-        outs = _generate(agent, [convs[i] for i in pending], [convs[i].ids + parts[i][0] for i in pending],
-                         answer_budget, [eos])
-        for i, c in zip(pending, outs):
-            ids, lps, mask = parts[i]
-            parts[i] = (ids + c.ids, lps + list(c.logprobs), mask + [1] * len(c.ids))
-    texts = []
-    for conv, start, (ids, lps, mask) in zip(convs, starts, parts):
-        body = ids[:-1] if ids and ids[-1] == eos else ids
-        text = agent.tokenizer.decode(body, skip_special_tokens=True)
-        if not ids or ids[-1] != eos:  # out of tokens: end the turn so the stream stays well formed
-            ids, lps, mask = ids + [eos], lps + [0.0], mask + [0]
-        conv.add_reply(start, ids, lps, mask, text)
-        texts.append(text)
-    return texts
+    jobs = [ReplyJob(agent, c) for c in convs]
+    if streams(agent):
+        def on_done(i, completion):
+            jobs[i].feed(completion)
+            nxt = jobs[i].request()
+            return None if nxt is None else Request(i, *nxt)
+        agent.backend.stream([Request(i, *j.request()) for i, j in enumerate(jobs)], on_done)
+    else:
+        while any(not j.complete for j in jobs):
+            todo = [j for j in jobs if not j.complete]
+            for j, c in zip(todo, _generate(agent.backend, todo)):
+                j.feed(c)
+    return [j.finish() for j in jobs]
 
 
-def _generate(agent: LLMAgent, convs: Sequence[Conversation], prompts: list[list[int]], max_new: int,
-              stops: list[int]):
-    """Generate within the model's context window (a prompt with no room left gets nothing),
-    reusing and refreshing each conversation's prefix cache when the backend keeps one."""
-    backend = agent.backend
-    room = [max_new if agent.max_len is None else min(max_new, agent.max_len - len(p)) for p in prompts]
-    out = [Completion([], [], False)] * len(prompts)
-    groups: dict[int, list[int]] = {}  # each row keeps its own token budget: one call per distinct room
-    for i, r in enumerate(room):
-        if r > 0:
-            groups.setdefault(r, []).append(i)
-    for budget, ok in sorted(groups.items(), reverse=True):
-        batch = [prompts[i] for i in ok]
+Move = Conversation | str | None
+
+
+def play_turns(agents: set, episodes: int, turn: Callable[[int], Move], answer: Callable[[int, str], None]) -> None:
+    """Play ``episodes`` episodes to the end. ``turn(i)`` moves episode ``i`` on to its next model
+    reply and returns the seat that must generate it (a ``Conversation``), a reply already written (a
+    teacher's text), or None when the episode is over; ``answer(i, text)`` hands the reply to it.
+
+    With one model agent whose backend batches continuously, an episode whose reply is complete is
+    answered and asks for its next reply at once, while the others keep generating; otherwise the
+    episodes move in lockstep, one batched generation per agent and turn."""
+    agents = {a for a in agents if isinstance(a, LLMAgent)}
+    if len(agents) == 1 and streams(next(iter(agents))):
+        _play_streaming(next(iter(agents)), episodes, turn, answer)
+        return
+    active = list(range(episodes))
+    while active:
+        waiting: dict[int, list[int]] = {}
+        moves: dict[int, Move] = {}
+        for i in active:
+            moves[i] = turn(i)
+            if isinstance(moves[i], Conversation):
+                waiting.setdefault(id(moves[i].agent), []).append(i)
+        for idx in waiting.values():
+            for i, text in zip(idx, generate_replies(moves[idx[0]].agent, [moves[i] for i in idx])):
+                moves[i] = text
+        active = [i for i in active if moves[i] is not None]
+        for i in active:
+            answer(i, moves[i])
+
+
+def _play_streaming(agent: LLMAgent, episodes: int, turn: Callable[[int], Move],
+                    answer: Callable[[int, str], None]) -> None:
+    jobs: dict[int, ReplyJob] = {}
+
+    def next_request(i: int) -> Request | None:
+        while True:
+            move = turn(i)
+            if move is None:
+                return None
+            if isinstance(move, str):
+                answer(i, move)
+                continue
+            jobs[i] = ReplyJob(agent, move)
+            return Request(i, *jobs[i].request())
+
+    def on_done(i: int, completion: Completion) -> Request | None:
+        job = jobs[i]
+        job.feed(completion)
+        nxt = job.request()
+        if nxt is not None:
+            return Request(i, *nxt)
+        answer(i, job.finish())
+        return next_request(i)
+
+    agent.backend.stream([r for r in map(next_request, range(episodes)) if r is not None], on_done)
+
+
+def _generate(backend, jobs: Sequence[ReplyJob]) -> list[Completion]:
+    """One lockstep call per distinct token budget (each row keeps its own), reusing and refreshing
+    each conversation's prefix cache when the backend keeps one."""
+    asks = [j.request() for j in jobs]
+    out = [Completion([], [], False)] * len(jobs)
+    groups: dict[tuple, list[int]] = {}
+    for i, (_, room, stops) in enumerate(asks):
+        if room > 0:
+            groups.setdefault((room, stops), []).append(i)
+    for (budget, stops), ok in sorted(groups.items(), reverse=True):
+        batch = [asks[i][0] for i in ok]
+        convs = [jobs[i].conv for i in ok]
         if getattr(backend, "prefix_cache", False):
-            comps = backend.generate_ids(batch, budget, stops, caches=[convs[i].kv for i in ok])
-            for i, kv in zip(ok, backend.last_caches):
-                convs[i].kv = kv
+            comps = backend.generate_ids(batch, budget, list(stops), caches=[c.kv for c in convs])
+            for conv, kv in zip(convs, backend.last_caches):
+                conv.kv = kv
         else:
-            comps = backend.generate_ids(batch, budget, stops)
+            comps = backend.generate_ids(batch, budget, list(stops))
         for i, c in zip(ok, comps):
             out[i] = Completion(c.ids, c.logprobs if c.logprobs is not None else [0.0] * len(c.ids), c.stopped)
     return out
@@ -232,22 +331,6 @@ class EpisodeRecord:
     logprobs: list[float]
     turns: list[Turn]
     messages: list[dict]
-
-
-def step_replies(matches: Sequence, active: list[int], replies: dict[int, str],
-                 on_done: Callable[[int], None] | None) -> tuple[list[int], dict]:
-    """Hand each active episode's reply (if it has one) to its driver; the episodes still running
-    and each step's result. ``on_done(i)`` for every episode that ended."""
-    still, results = [], {}
-    for i in active:
-        if i in replies:
-            results[i] = matches[i].step(replies[i])
-        if matches[i].env.done:
-            if on_done is not None:
-                on_done(i)
-        else:
-            still.append(i)
-    return still, results
 
 
 def token_fields(conv) -> dict:

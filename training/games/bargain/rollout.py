@@ -1,8 +1,9 @@
 """The bilateral game's episodes played by model seats, in lockstep.
 
-``play_episodes`` runs many negotiations at once: at each step every pending model reply is
-generated in one batched call per agent (``training.engine.rollout.generate_replies``), scripted
-players answer inline, finished episodes drop out. A model seat is a ``BargainSeat``: a
+``play_episodes`` runs many negotiations at once through ``training.engine.rollout.play_turns``:
+with one model agent, continuous batching (an episode whose reply is complete is stepped and asks for
+its next reply while the others keep generating); otherwise in lockstep, one batched call per agent and
+turn. Scripted players answer inline, finished episodes drop out. A model seat is a ``BargainSeat``: a
 ``Conversation`` that reads its own view of the negotiation (system prompt from the scenario and
 its private value, the opponent's public messages as user turns), with every text a player or a
 scenario file wrote guarded, and that can have a scripted teacher write its replies (expert data).
@@ -20,7 +21,7 @@ from env.bargain.players.base import Player
 from env.bargain.prompts import assert_no_leak, new_user_messages, system_prompt
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import Scenario
-from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
+from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, play_turns, \
     token_fields
 from training.engine.untrusted import TextGuard
 
@@ -89,27 +90,25 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
         for role, conv in seat.items():
             if isinstance(conv, Conversation) and conv.teacher is not None:
                 conv.teacher.reset(match.env.observe(role), match.rngs[role])
-    active = list(range(n))
-    while active:
-        waiting: dict[int, list[int]] = {}
-        replies: dict[int, str] = {}
-        for i in active:
-            matches[i].advance()
-            if matches[i].env.done:
-                continue
-            role = matches[i].env.to_move
-            seat, obs = seats[i][role], matches[i].env.observe(role)
-            thoughts = tuple(t["thought"] for t in matches[i].env.log if t["role"] != seat.role)
-            seat.observe(obs, thoughts)
-            if seat.teacher is not None:
-                replies[i] = seat.teach(obs)
-            else:
-                waiting.setdefault(id(seat.agent), []).append(i)
-        for idx in waiting.values():
-            agent = seats[idx[0]][matches[idx[0]].env.to_move].agent
-            texts = generate_replies(agent, [seats[i][matches[i].env.to_move] for i in idx])
-            replies.update(zip(idx, texts))
-        active, _ = step_replies(matches, active, replies, on_done)
+    ended: set[int] = set()
+
+    def turn(i: int) -> Conversation | str | None:
+        """Scripted seats move; then the model seat that is due reads what is new (a teacher writes its
+        reply at once), or the episode is over."""
+        match = matches[i]
+        match.advance()
+        if match.env.done:
+            if on_done is not None and i not in ended:
+                on_done(i)
+            ended.add(i)
+            return None
+        role = match.env.to_move
+        seat, obs = seats[i][role], match.env.observe(role)
+        seat.observe(obs, tuple(t["thought"] for t in match.env.log if t["role"] != seat.role))
+        return seat.teach(obs) if seat.teacher is not None else seat
+
+    play_turns({s.agent for seat in seats for s in seat.values() if isinstance(s, Conversation)}, n, turn,
+               lambda i, text: matches[i].step(text))
     envs = [m.env for m in matches]
     return [_record(envs[i], seats[i], episodes[i], trained_role) for i in range(n)]
 

@@ -25,8 +25,7 @@ from env.market.evaluation import transcript
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
-from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, step_replies, \
-    token_fields
+from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, play_turns, token_fields
 
 
 @dataclass
@@ -64,32 +63,35 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         if isinstance(seat, Conversation) and seat.teacher is not None:  # seeded like a seated lab 0
             seat.teacher.reset(match.env.observe(0), seat_rng(match.task, match.seed, 0))
     last: dict[int, MarketStep] = {}  # each episode's latest lab-0 step (what the next user turn reports)
-    active = list(range(n))
-    while active:
-        replies, waiting = {}, {}
-        for i in active:
-            match = matches[i]
-            match.advance()  # scripted labs (and a scripted lab 0) act inline
-            if match.env.done:
-                continue
-            seat, env = seats[i], match.env
-            obs = env.observe(0)
-            system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
-            user = market_user_message(obs, last.get(i))
-            assert_market_no_leak((system or "") + user, env)
-            # the market's text holds no intended control token; a lab's echoed words or ids could
-            guard = seat.agent.guard
-            seat.push([guard(user)], None if system is None else guard(system))
-            if seat.teacher is not None:  # in option_b an empty think block first, as Qwen3 writes when not thinking
-                think = "<think>\n\n</think>\n\n" if seat.agent.reasoning_mode == "option_b" else ""
-                replies[i] = seat.write(think + json.dumps(seat.teacher.act(obs)))
-            else:
-                waiting.setdefault(id(seat.agent), []).append(i)
-        for idx in waiting.values():
-            texts = generate_replies(seats[idx[0]].agent, [seats[i] for i in idx])
-            replies.update(zip(idx, texts))
-        active, results = step_replies(matches, active, replies, on_done)
-        last.update(results)
+    ended: set[int] = set()
+
+    def turn(i: int) -> Conversation | str | None:
+        """Scripted labs (and a scripted lab 0) act inline; then lab 0's seat reads what is new (a
+        teacher writes its reply at once), or the episode is over."""
+        match = matches[i]
+        match.advance()
+        if match.env.done:
+            if on_done is not None and i not in ended:
+                on_done(i)
+            ended.add(i)
+            return None
+        seat, env = seats[i], match.env
+        obs = env.observe(0)
+        system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
+        user = market_user_message(obs, last.get(i))
+        assert_market_no_leak((system or "") + user, env)
+        # the market's text holds no intended control token; a lab's echoed words or ids could
+        guard = seat.agent.guard
+        seat.push([guard(user)], None if system is None else guard(system))
+        if seat.teacher is not None:  # in option_b an empty think block first, as Qwen3 writes when not thinking
+            think = "<think>\n\n</think>\n\n" if seat.agent.reasoning_mode == "option_b" else ""
+            return seat.write(think + json.dumps(seat.teacher.act(obs)))
+        return seat
+
+    def answer(i: int, text: str) -> None:
+        last[i] = matches[i].step(text)
+
+    play_turns({seat.agent for seat in seats if isinstance(seat, Conversation)}, n, turn, answer)
     return [_record(m.env, seat, ep, name) for m, seat, ep in zip(matches, seats, episodes)]
 
 
