@@ -1,6 +1,7 @@
 """GRPO against the live environment, on whole multi-turn episodes.
 
-What it is: TRL's ``GRPOTrainer`` with a ``rollout_func`` that plays complete negotiations with
+What it is: TRL's ``GRPOTrainer`` (without the batch's padding in its forward passes:
+``training/rl/trim.py``) with a ``rollout_func`` that plays complete negotiations with
 the batched rollout engine. Each dataset row names a train-split product and a seed; TRL repeats
 each row ``num_generations`` times, so the G episodes of a group share the scenario, the seller
 persona and the seller's seed, and the group baseline compares buyer behaviours on the same
@@ -20,9 +21,10 @@ paper's phases can be looked for), plus TRL's loss and KL logs.
 
 from __future__ import annotations
 
-from trl import GRPOTrainer, get_peft_config
+from trl import get_peft_config
 
 from training.rl.run import GRPOScriptArguments, HaggleGRPOConfig, episode_reward, prepare, train_and_finish
+from training.rl.trim import TrimmedGRPOTrainer
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
 DEFAULT_DIR = "runs/grpo"
@@ -30,7 +32,7 @@ DEFAULT_DIR = "runs/grpo"
 
 def main(argv: list[str] | None = None):
     run = prepare(GRPOScriptArguments, HaggleGRPOConfig, argv, __file__, DEFAULT_CURVE, DEFAULT_DIR)
-    trainer = GRPOTrainer(model=run.model, reward_funcs=[episode_reward], args=run.cfg, train_dataset=run.dataset,
+    trainer = TrimmedGRPOTrainer(model=run.model, reward_funcs=[episode_reward], args=run.cfg, train_dataset=run.dataset,
                           processing_class=run.tokenizer, rollout_func=run.rollouts,
                           peft_config=get_peft_config(run.model_args))
     return trainer, train_and_finish(trainer, run)

@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 from env.bargain.protocol import format_price
 from training.games import GAMES
 from training.rl.run import GRPOScriptArguments, HaggleGRPOConfig
+from training.rl.trim import TrimmedBatches
 
 
 @dataclass
@@ -97,7 +98,7 @@ def mixed_advantages(episode_adv: torch.Tensor, teacher: torch.Tensor, student: 
     return lam * episode_adv.unsqueeze(1) + (1 - lam) * gap, bias
 
 
-class SDPOTrainer(GRPOTrainer):
+class SDPOTrainer(TrimmedBatches, GRPOTrainer):
     """GRPO's machinery with per-token advantages from hindsight self-distillation."""
 
     def __init__(self, *args, rollouts=None, sdpo: SDPOScriptArguments | None = None, **kwargs):
