@@ -69,6 +69,7 @@ class SlotCache:
         # set by the caller before each forward
         self.batch: torch.Tensor | None = None  # slot of each row of the forward (None: slots 0..n-1)
         self.starts: torch.Tensor | None = None  # where each row's new tokens go
+        self.lengths: list[int] = []  # how many new tokens each row of a prefill has
         self.width = 0  # positions the forward attends to
 
     def grow(self, capacity: int) -> None:
@@ -94,10 +95,10 @@ class SlotCache:
             keys[rows, :, self.starts] = key_states[:, :, 0].to(keys.dtype)
             values[rows, :, self.starts] = value_states[:, :, 0].to(values.dtype)
             k, v = keys[:n, :, : self.width], values[:n, :, : self.width]
-        else:  # prefill of some rows
-            for i, (slot, start) in enumerate(zip(self.batch.tolist(), self.starts.tolist())):
-                keys[slot, :, start: start + q] = key_states[i].to(keys.dtype)
-                values[slot, :, start: start + q] = value_states[i].to(values.dtype)
+        else:  # prefill of some rows: each writes its own new tokens (not the padding after them)
+            for i, (slot, start, m) in enumerate(zip(self.batch.tolist(), self.starts.tolist(), self.lengths)):
+                keys[slot, :, start: start + m] = key_states[i, :, :m].to(keys.dtype)
+                values[slot, :, start: start + m] = value_states[i, :, :m].to(values.dtype)
             k, v = keys[self.batch, :, : self.width], values[self.batch, :, : self.width]
         if k.dtype != key_states.dtype:  # a forward in another precision than the cache (autocast prefill)
             k, v = k.to(key_states.dtype), v.to(value_states.dtype)
@@ -166,6 +167,10 @@ class ContinuousBatcher:
                 elif not self._admit(req, rows, cache):
                     waiting.append(req)
             queue = waiting
+            for row in rows:  # a kept row whose conversation asked for nothing more (no room left): freed
+                if row.request is None:
+                    row.key = _FREE
+            self._compact(rows, cache)
             if not rows:
                 continue
             joining = [i for i, r in enumerate(rows) if r.pending]
@@ -240,7 +245,9 @@ class ContinuousBatcher:
         start_t = torch.tensor(starts, dtype=torch.long)
         positions = start_t[:, None] + torch.arange(q)[None, :]
         width = max(starts) + q
+        cache.grow(-(-width // 256) * 256)  # the padding after a short row's tokens may reach past its need
         cache.batch, cache.starts, cache.width = torch.tensor(joining), start_t, width
+        cache.lengths = [len(rows[i].pending) for i in joining]
         # query t of a row sees keys 0..start+t of its own slot (causal, own positions)
         mask = torch.arange(width)[None, None, :] <= positions[:, :, None]
         last = torch.tensor([len(rows[i].pending) - 1 for i in joining])
