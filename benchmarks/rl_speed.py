@@ -152,8 +152,7 @@ def child_engine(model_path: str, episodes: int, continuous: bool) -> dict:
 
     model, tok = load_model(model_path, device="cpu")
     backend = TransformersBackend(model, tok, SamplingConfig(temperature=0.0))
-    if not continuous:
-        backend.continuous = False
+    backend.continuous = continuous  # the checkout before continuous batching has no such switch: lockstep
     agent = LLMAgent(backend, "option_a")
     scenarios = get_split("builtin", "test")
     eps = [(scenarios[i % len(scenarios)], episode_seed(i, 0, 1)) for i in range(episodes)]
@@ -173,7 +172,8 @@ def child_engine(model_path: str, episodes: int, continuous: bool) -> dict:
 
 def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
     """One GRPO step of this checkout's training/grpo.py, timed phase by phase with hooks on TRL."""
-    import torch  # noqa: PLC0415
+    from torch import is_grad_enabled as torch_grad  # noqa: PLC0415
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook  # noqa: PLC0415
     from trl import GRPOTrainer  # noqa: PLC0415
 
     t = {"generation": 0.0, "reference": 0.0, "policy": 0.0, "optimizer": 0.0, "score": 0.0, "start": None,
@@ -199,7 +199,7 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
     def timed_logps(self, *a, **k):
         start = time.perf_counter()
         out = logps(self, *a, **k)
-        if not torch.is_grad_enabled():
+        if not torch_grad():
             t["reference"] += time.perf_counter() - start
         return out
 
@@ -220,12 +220,12 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
         return out
 
     marks = {}
-    torch.optim.optimizer.register_optimizer_step_pre_hook(lambda *_: marks.update(opt=time.perf_counter()))
+    register_optimizer_step_pre_hook(lambda *_: marks.update(opt=time.perf_counter()))
 
     def after_opt(*_):
         t["optimizer"] += time.perf_counter() - marks["opt"]
         t["end"] = time.perf_counter()
-    torch.optim.optimizer.register_optimizer_step_post_hook(after_opt)
+    register_optimizer_step_post_hook(after_opt)
     GRPOTrainer.__init__, GRPOTrainer._get_per_token_logps_and_entropies = timed_init, timed_logps
     GRPOTrainer._generate_and_score_completions, GRPOTrainer.training_step = timed_score, timed_step
     sys.path.insert(0, str(Path.cwd() / "training"))

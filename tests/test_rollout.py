@@ -336,7 +336,7 @@ def test_continuous_episodes_equal_each_episode_alone_near_the_context_limit(mod
 
     model, tok = load_model("artifacts/checkpoints/grpo-tiny", device="cpu", dtype="float32")
     agent = _agent((model, tok), mode, temperature=0.0, max_new_tokens=128, think_tokens=16)
-    agent.backend.max_rows = 3
+    agent.backend.max_rows, agent.backend.continuous = 3, True
     eps = _episodes(6, offset=3)
     sellers = ["neutral", "conceder", "boulware", "unyielding", "tit_for_tat", "begging"]
 

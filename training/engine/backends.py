@@ -64,13 +64,17 @@ class TransformersBackend:
 
     kind = "transformers"
     prefix_cache = True
-    continuous = True  # ``stream``: continuous batching (training.engine.batching)
 
-    def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, max_rows: int = 64,
-                 prefill_dtype: str = "auto", decode_dtype: str = "auto"):
+    def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, continuous: bool = False,
+                 max_rows: int = 64, prefill_dtype: str = "auto", decode_dtype: str = "auto",
+                 join_fraction: float = 0.25):
+        # continuous: ``stream`` serves the episodes with continuous batching (training.engine.batching).
+        # Off by default: on the 2-core CPU measured (benchmarks/rl_speed.py) lockstep ``generate`` was
+        # faster for a batch of 32 SmolLM2 episodes, whose time is bound by the longest episode's replies.
+        self.continuous = continuous
         self.model, self.tokenizer = model, tokenizer
         self.sampling = sampling or SamplingConfig()
-        self.max_rows = max_rows
+        self.max_rows, self.join_fraction = max_rows, join_fraction
         self.prefill_dtype, self.decode_dtype = _phase_dtype(model, prefill_dtype, "prefill"), \
             _phase_dtype(model, decode_dtype, "decode")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -101,7 +105,8 @@ class TransformersBackend:
         """Serve ``requests`` with continuous batching (at most ``max_rows`` rows at a time); each
         finished reply goes to ``on_done``, which may return the next request."""
         batcher = ContinuousBatcher(self.model, self.sampling, self.pad_id, self.max_rows, self.prefill_dtype,
-                                    self.decode_dtype, getattr(self.model.config, "max_position_embeddings", None))
+                                    self.decode_dtype, getattr(self.model.config, "max_position_embeddings", None),
+                                    self.join_fraction)
         batcher.run(requests, on_done, seed=self.sampling.seed + self.calls)
         self.calls += 1
         self.decode_steps = getattr(self, "decode_steps", 0) + batcher.steps

@@ -130,8 +130,9 @@ class ContinuousBatcher:
     """Runs requests through a model with continuous batching (at most ``max_rows`` at a time)."""
 
     def __init__(self, model, sampling, pad_id: int, max_rows: int = 32, prefill_dtype: torch.dtype | None = None,
-                 decode_dtype: torch.dtype | None = None, max_len: int | None = None):
+                 decode_dtype: torch.dtype | None = None, max_len: int | None = None, join_fraction: float = 0.0):
         self.model, self.sampling, self.pad_id, self.max_rows = model, sampling, pad_id, max_rows
+        self.join_fraction = join_fraction
         self.prefill_dtype, self.decode_dtype, self.max_len = prefill_dtype, decode_dtype, max_len
         s = sampling
         self.greedy = s.temperature == 0
@@ -174,7 +175,9 @@ class ContinuousBatcher:
             if not rows:
                 continue
             joining = [i for i, r in enumerate(rows) if r.pending]
-            if joining:
+            # rows join in groups (one prefill forward each): at least ``join_fraction`` of the batch,
+            # or whatever waits when nothing else is decoding (a forward costs the same few rows or many)
+            if joining and (len(joining) >= self.join_fraction * len(rows) or len(joining) == len(rows)):
                 self._prefill(rows, joining, cache, gen)
             done = [i for i, r in enumerate(rows) if self._finished(r)]
             if not done:
@@ -260,16 +263,17 @@ class ContinuousBatcher:
     def _decode(self, rows: list[_Row], cache: SlotCache, gen) -> None:
         """One token for every running row (they are slots 0..n-1)."""
         self.steps += 1
-        running = range(len(rows))
-        ids = torch.tensor([[rows[i].last] for i in running], dtype=torch.long)
-        starts = torch.tensor([len(rows[i].tokens) for i in running], dtype=torch.long)
+        # a row waiting to join feeds a placeholder at its next position (its prefill overwrites it)
+        running = [i for i, r in enumerate(rows) if not r.pending]
+        ids = torch.tensor([[r.last if not r.pending else self.pad_id] for r in rows], dtype=torch.long)
+        starts = torch.tensor([len(r.tokens) for r in rows], dtype=torch.long)
         width = int(starts.max()) + 1
         cache.batch, cache.starts, cache.width = None, starts, width
         mask = (torch.arange(width)[None, :] <= starts[:, None])[:, None, :]
         logits = self._forward(ids, starts[:, None], mask, cache, self.decode_dtype, None)
         for i in running:
             rows[i].tokens.append(rows[i].last)
-        self._sample(rows, running, logits, gen)
+        self._sample(rows, running, logits[running] if len(running) < len(rows) else logits, gen)
 
     def _forward(self, ids, positions, mask, cache: SlotCache, dtype, last):
         """Logits at each row's last token (``last``: its index in the row; None: one token per row)."""
