@@ -68,26 +68,44 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+class _Clock:
+    """A ``generate`` streamer that only notes when each step's tokens arrive (the first call is the prompt)."""
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
 def raw_generate(model, tok, batch: int, prompt: int, new: int, rooflines: dict) -> dict:
-    """Prefill and decoding of ``model.generate`` in each precision, and decoding at other batch sizes."""
+    """Prefill and decoding of ``model.generate`` in each precision (timed apart by a streamer within
+    one call), and decoding at other batch sizes."""
     import torch  # noqa: PLC0415
 
     params = sum(p.numel() for p in model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     gen = torch.Generator().manual_seed(0)
 
-    def run(rows: int, tokens: int, dtype: str) -> float:
+    def run(rows: int, tokens: int, dtype: str) -> tuple[float, float]:
+        """(prefill seconds, decoding seconds per step) of one call."""
         ids = torch.randint(100, len(tok) - 1, (rows, prompt), generator=gen)
         ctx = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else torch.inference_mode()
+        clock = _Clock()
         with torch.inference_mode(), ctx:
-            return _timed(lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                                 max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=0))
+            start = time.perf_counter()
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=tokens,
+                           min_new_tokens=tokens, pad_token_id=0, streamer=clock)
+        t = clock.times  # [prompt, token 1 (after prefill), token 2, ...]
+        return t[1] - start, (t[-1] - t[1]) / (len(t) - 2)
 
     out = {"batch": batch, "prompt_tokens": prompt, "new_tokens": new}
     for dtype in ("float32", "bfloat16"):
-        run(2, 2, dtype)  # warm-up
-        prefill = run(batch, 1, dtype)
-        decode = (run(batch, new + 1, dtype) - prefill) / new
+        run(2, 3, dtype)  # warm-up
+        prefill, decode = run(batch, new + 1, dtype)
         peak = rooflines[f"matmul_{dtype}_flops"]
         out[dtype] = {"prefill_s": prefill, "prefill_tokens_per_s": batch * prompt / prefill,
                       "prefill_fraction_of_matmul_peak": 2 * params * batch * prompt / prefill / peak,
@@ -95,9 +113,8 @@ def raw_generate(model, tok, batch: int, prompt: int, new: int, rooflines: dict)
                       "decode_fraction_of_bandwidth": weight_bytes / decode / rooflines["copy_bytes_per_s"]}
         print(f"generate {dtype}: {out[dtype]}", file=sys.stderr)
     out["decode_by_batch_float32"] = {}
-    for rows in (16, 32, 64):
-        prefill = run(rows, 1, "float32")
-        decode = (run(rows, new // 2 + 1, "float32") - prefill) / (new // 2)
+    for rows in (8, 16, 32, 64):
+        _, decode = run(rows, new // 2 + 1, "float32")
         out["decode_by_batch_float32"][rows] = {"ms_per_step": 1000 * decode, "tokens_per_s": rows / decode}
         print(f"decode batch {rows}: {1000 * decode:.0f} ms/step", file=sys.stderr)
     return out

@@ -201,21 +201,15 @@ class TransformersBackend:
 
 
 def _phase_dtype(model, choice: str, phase: str):
-    """The precision of one generation phase: ``float32``, ``bfloat16`` (through autocast) or
-    ``auto``. On a CPU with bf16 matrix kernels, ``auto`` prefills in bf16 (compute-bound: about
-    twice the fp32 rate) and decodes in the weights' own precision (single-token steps are bound by
-    memory traffic and overhead, where fp32 weights measured faster than bf16 here:
-    ``benchmarks/rl_speed.py``). Elsewhere ``auto`` keeps the weights' precision."""
+    """The precision of one generation phase of continuous batching: ``float32``, ``bfloat16`` (through
+    autocast) or ``auto``, the weights' own. On a CPU with AMX tiles bf16 prefill can be twice the fp32
+    rate; on the 2-core CPU without AMX measured here (``benchmarks/rl_speed.py``), bf16 was slower in
+    every phase (matmul peak 172 vs 329 GFLOP/s), so nothing is switched without a measurement."""
     import torch  # noqa: PLC0415
 
     if choice not in ("auto", "float32", "bfloat16"):
         raise ValueError(f"a {phase} precision is auto, float32 or bfloat16, got {choice!r}")
-    if choice != "auto":
-        return getattr(torch, choice)
-    cpu_bf16 = model.device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    if phase == "prefill" and cpu_bf16 and next(model.parameters()).dtype == torch.float32:
-        return torch.bfloat16
-    return None
+    return None if choice == "auto" else getattr(torch, choice)
 
 
 def _span(t, row: int, spans: list[tuple[int, int]]):
