@@ -39,7 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SELLERS = ["neutral", "boulware", "conceder", "tit_for_tat"]
-GRPO_FLAGS = ["--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "8", "--beta", "0.04",
+# micro-batches of 4 episodes: 8 whole SmolLM2 episodes (up to ~1,500 tokens each) in one forward and backward
+# without gradient checkpointing outgrew this machine's 24 GiB
+GRPO_FLAGS = ["--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "8", "--beta", "0.04",
               "--save_strategy", "no", "--logging_steps", "1"]
 
 
@@ -249,7 +251,7 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
     import grpo  # noqa: PLC0415  (the checkout's script, as the pipeline runs it)
 
     argv = ["--model_name_or_path", model_path, "--output_dir", f"{workdir}/grpo", "--curve", f"{workdir}/curve.json",
-            "--gradient_accumulation_steps", str(episodes // 8), *GRPO_FLAGS]
+            "--gradient_accumulation_steps", str(episodes // 4), *GRPO_FLAGS]
     grpo.main(argv)
     wall = t["end"] - t["start"]
     policy = t["policy"] - t["score"]  # training_step includes the generation batch's scoring (first micro-batch)
@@ -300,7 +302,12 @@ def main() -> None:
     rooflines = {"matmul_float32_flops": matmul_flops("float32"), "matmul_bfloat16_flops": matmul_flops("bfloat16"),
                  "copy_bytes_per_s": copy_bandwidth()}
     print(f"rooflines: {rooflines}", file=sys.stderr)
-    results: dict = {"rooflines": rooflines}
+    results: dict = {"rooflines": rooflines, "complete": False}
+    config = vars(args) | {"sellers": SELLERS, "grpo_flags": GRPO_FLAGS, "decoding": "greedy (engine), T=0.7 (GRPO)"}
+    seeds = {"episodes": "builtin test split, episode_seed(i, 0, 1)"}
+
+    def save():  # after every part, so a run cut short keeps what it measured
+        benchmark_artifact(args.out, config, seeds, start, results)
     model, tok = load_model(args.model, device="cpu")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = sum(p.numel() for p in base.parameters())
@@ -308,8 +315,10 @@ def main() -> None:
     results["model"] = {"path": args.model, "parameters": params, "weight_bytes": weight_bytes}
     if "generate" not in skip:
         results["raw_generate"] = raw_generate(base, tok, args.batch, args.prompt, args.new, rooflines)
+        save()
     if "training" not in skip:
         results["training_precision"] = training_precision(base, tok, 4, 1024, rooflines)
+        save()
     del model, base
     roots = {"this": ROOT} | ({"compare": Path(args.compare).resolve()} if args.compare else {})
     if "engine" not in skip:
@@ -323,6 +332,7 @@ def main() -> None:
                 (v["generated_tokens"] / v["decode_steps"] if v.get("decode_steps") else args.episodes)
             v["fraction_of_bandwidth_bound"] = v["tokens_per_s"] / v["tokens_per_s_at_bandwidth_bound"]
             print(f"engine {k}: {v}", file=sys.stderr)
+        save()
     if "grpo" not in skip:
         results["grpo_step"] = {name: run_child(root, "grpo", args) for name, root in roots.items()}
         for k, v in results["grpo_step"].items():
@@ -347,8 +357,8 @@ def main() -> None:
         results["compared_with"] = {"checkout": str(roots["compare"]), "commit": _commit(roots["compare"]),
                                     "ratios_new_over_old": ratios}
         print(f"ratios: {ratios}", file=sys.stderr)
-    config = vars(args) | {"sellers": SELLERS, "grpo_flags": GRPO_FLAGS, "decoding": "greedy (engine), T=0.7 (GRPO)"}
-    benchmark_artifact(args.out, config, {"episodes": "builtin test split, episode_seed(i, 0, 1)"}, start, results)
+    results["complete"] = True
+    save()
     print(json.dumps(results.get("compared_with", {}), indent=1))
 
 
