@@ -308,6 +308,10 @@ def main() -> None:
 
     def save():  # after every part, so a run cut short keeps what it measured
         benchmark_artifact(args.out, config, seeds, start, results)
+    roots = {"this": ROOT} | ({"compare": Path(args.compare).resolve()} if args.compare else {})
+    if "grpo" not in skip:  # first, while this process holds no model: a SmolLM2 GRPO step needs most of 24 GiB
+        results["grpo_step"] = {name: run_child(root, "grpo", args) for name, root in roots.items()}
+        save()
     model, tok = load_model(args.model, device="cpu")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = sum(p.numel() for p in base.parameters())
@@ -320,7 +324,6 @@ def main() -> None:
         results["training_precision"] = training_precision(base, tok, 4, 1024, rooflines)
         save()
     del model, base
-    roots = {"this": ROOT} | ({"compare": Path(args.compare).resolve()} if args.compare else {})
     if "engine" not in skip:
         results["engine"] = {"this_continuous": run_child(ROOT, "engine", args, continuous=True),
                              "this_lockstep": run_child(ROOT, "engine", args, continuous=False)}
@@ -333,8 +336,7 @@ def main() -> None:
             v["fraction_of_bandwidth_bound"] = v["tokens_per_s"] / v["tokens_per_s_at_bandwidth_bound"]
             print(f"engine {k}: {v}", file=sys.stderr)
         save()
-    if "grpo" not in skip:
-        results["grpo_step"] = {name: run_child(root, "grpo", args) for name, root in roots.items()}
+    if "grpo_step" in results:
         for k, v in results["grpo_step"].items():
             fwd = 2 * params * v["sequence_tokens"]
             v["reference_fraction_of_matmul_peak"] = fwd / v["reference_s"] / rooflines["matmul_float32_flops"] \
@@ -343,6 +345,7 @@ def main() -> None:
                 rooflines["matmul_float32_flops"]
             v["generation_tokens_per_s"] = v["generated_tokens"] / v["generation_s"]
             print(f"grpo {k}: {v}", file=sys.stderr)
+        save()
     if args.compare:
         ratios = {}
         if "engine" in results:
