@@ -229,24 +229,32 @@ def generate_replies(agent: LLMAgent, convs: Sequence[Conversation]) -> list[str
 Move = Conversation | str | None
 
 
-def play_turns(agents: set, episodes: int, turn: Callable[[int], Move], answer: Callable[[int, str], None]) -> None:
+def play_turns(agents: set, episodes: int, turn: Callable[[int], Move], answer: Callable[[int, str], None],
+               on_done: Callable[[int], None] | None = None) -> None:
     """Play ``episodes`` episodes to the end. ``turn(i)`` moves episode ``i`` on to its next model
     reply and returns the seat that must generate it (a ``Conversation``), a reply already written (a
-    teacher's text), or None when the episode is over; ``answer(i, text)`` hands the reply to it.
+    teacher's text), or None when the episode is over; ``answer(i, text)`` hands the reply to it;
+    ``on_done(i)`` once for every episode that ended.
 
     With one model agent whose backend batches continuously, an episode whose reply is complete is
     answered and asks for its next reply at once, while the others keep generating; otherwise the
     episodes move in lockstep, one batched generation per agent and turn."""
     agents = {a for a in agents if isinstance(a, LLMAgent)}
+    def ask(i: int) -> Move:
+        move = turn(i)
+        if move is None and on_done is not None:
+            on_done(i)
+        return move
+
     if len(agents) == 1 and streams(next(iter(agents))):
-        _play_streaming(next(iter(agents)), episodes, turn, answer)
+        _play_streaming(next(iter(agents)), episodes, ask, answer)
         return
     active = list(range(episodes))
     while active:
         waiting: dict[int, list[int]] = {}
         moves: dict[int, Move] = {}
         for i in active:
-            moves[i] = turn(i)
+            moves[i] = ask(i)
             if isinstance(moves[i], Conversation):
                 waiting.setdefault(id(moves[i].agent), []).append(i)
         for idx in waiting.values():

@@ -90,17 +90,12 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
         for role, conv in seat.items():
             if isinstance(conv, Conversation) and conv.teacher is not None:
                 conv.teacher.reset(match.env.observe(role), match.rngs[role])
-    ended: set[int] = set()
-
     def turn(i: int) -> Conversation | str | None:
         """Scripted seats move; then the model seat that is due reads what is new (a teacher writes its
         reply at once), or the episode is over."""
         match = matches[i]
         match.advance()
         if match.env.done:
-            if on_done is not None and i not in ended:
-                on_done(i)
-            ended.add(i)
             return None
         role = match.env.to_move
         seat, obs = seats[i][role], match.env.observe(role)
@@ -108,7 +103,7 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
         return seat.teach(obs) if seat.teacher is not None else seat
 
     play_turns({s.agent for seat in seats for s in seat.values() if isinstance(s, Conversation)}, n, turn,
-               lambda i, text: matches[i].step(text))
+               lambda i, text: matches[i].step(text), on_done)
     envs = [m.env for m in matches]
     return [_record(envs[i], seats[i], episodes[i], trained_role) for i in range(n)]
 

@@ -63,17 +63,12 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         if isinstance(seat, Conversation) and seat.teacher is not None:  # seeded like a seated lab 0
             seat.teacher.reset(match.env.observe(0), seat_rng(match.task, match.seed, 0))
     last: dict[int, MarketStep] = {}  # each episode's latest lab-0 step (what the next user turn reports)
-    ended: set[int] = set()
-
     def turn(i: int) -> Conversation | str | None:
         """Scripted labs (and a scripted lab 0) act inline; then lab 0's seat reads what is new (a
         teacher writes its reply at once), or the episode is over."""
         match = matches[i]
         match.advance()
         if match.env.done:
-            if on_done is not None and i not in ended:
-                on_done(i)
-            ended.add(i)
             return None
         seat, env = seats[i], match.env
         obs = env.observe(0)
@@ -91,7 +86,7 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
     def answer(i: int, text: str) -> None:
         last[i] = matches[i].step(text)
 
-    play_turns({seat.agent for seat in seats if isinstance(seat, Conversation)}, n, turn, answer)
+    play_turns({seat.agent for seat in seats if isinstance(seat, Conversation)}, n, turn, answer, on_done)
     return [_record(m.env, seat, ep, name) for m, seat, ep in zip(matches, seats, episodes)]
 
 
