@@ -16,10 +16,14 @@ from env.bargain.protocol import REASONING_MODES
 from space import figures as F
 from space.api import (  # noqa: F401
     API,
+    CHALLENGES,
     GAMES,
     MARKETS,
+    challenge_reply,
+    challenge_start,
     evaluate_policy,
     game_state,
+    leaderboard,
     list_artifacts,
     list_scenarios,
     market_act,

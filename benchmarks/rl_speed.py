@@ -37,21 +37,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from training.engine.precision import matmul_flops  # the same measurement --precision auto uses
+
 ROOT = Path(__file__).resolve().parents[1]
+
 SELLERS = ["neutral", "boulware", "conceder", "tit_for_tat"]
 # micro-batches of 4 episodes: 8 whole SmolLM2 episodes (up to ~1,500 tokens each) in one forward and backward
 # without gradient checkpointing outgrew this machine's 24 GiB
 GRPO_FLAGS = ["--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "8", "--beta", "0.04",
               "--save_strategy", "no", "--logging_steps", "1"]
-
-
-def matmul_flops(dtype: str, n: int = 2048, repeats: int = 10) -> float:
-    import torch  # noqa: PLC0415
-
-    a, b = (torch.randn(n, n, dtype=getattr(torch, dtype)) for _ in range(2))
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return 2 * n ** 3 / best
 
 
 def copy_bandwidth(mib: int = 512, repeats: int = 5) -> float:

@@ -22,10 +22,12 @@ from env.market.evaluation import summarize as summarize_market
 from space import figures as F
 from space import market as M
 from space.bargain import HUMAN, MODEL, BargainSessions, GameError, available_sources, check_seed, view
+from space.challenge import NOTICE, ROLES, Challenges
 from space.model import load_seat, model_label, model_roles
 
 GAMES = BargainSessions(model_loader=load_seat, model_roles=model_roles)
 MARKETS = M.MarketSessions()
+CHALLENGES = Challenges(GAMES)
 MAX_EVAL_EPISODES = {"scripted": 14000, MODEL: 28}  # episodes in all (a mix plays every seller)
 MAX_MARKET_EPISODES = 2000
 SELLER_MIX = "mix"
@@ -201,6 +203,53 @@ def list_artifacts() -> list[dict]:
     return F.list_artifacts()
 
 
+# ---------------------------------------------------------------------- API: can you out-haggle it?
+@gradio_errors
+def challenge_start(role: str = "buyer", product: int = -1, name: str = "", source: str = "builtin") -> dict:
+    """Can you out-haggle the trained model? Start a challenge game on a held-out test product. As the buyer you
+    face a scripted seller persona, and your score is compared with the trained model's and the rule-based
+    expert's on the same game; as the seller you face the trained model (a buyer). The game's seed is drawn by the
+    server and shown when the game is over. When the game ends (through challenge_reply) the state carries a
+    'challenge' object with the three scores, your place and the leaderboard. Only the game record is stored (no
+    address or identity).
+
+    Args:
+        role: 'buyer' or 'seller': the seat you take.
+        product: index in the test split (see list_scenarios); -1 draws one from the hidden seed.
+        name: the name shown on the leaderboard (optional, at most 24 characters).
+        source: scenario source, 'builtin' or 'amazon' (where its data is present)."""
+    return CHALLENGES.start(role=role, source=source, product=product_arg(product), name=name)
+
+
+@gradio_errors
+def challenge_reply(session_id: str, action: str, price: float = 0.0, talk: str = "") -> dict:
+    """Your move in a challenge game (as send_reply); once the game ends, the state carries the 'challenge' result.
+
+    Args:
+        session_id: the session_id challenge_start returned.
+        action: 'offer' (at price), 'accept' (take the other side's standing offer), 'reject' or 'quit'.
+        price: your offer in dollars (used only with action 'offer').
+        talk: what you say to the other side (one line, at most 1,500 characters)."""
+    return CHALLENGES.reply(session_id, action, price if action == "offer" else None, talk)
+
+
+@gradio_errors
+def leaderboard(role: str = "buyer", n: int = 10) -> dict:
+    """The challenge leaderboard of one role: the best visitors' games (widest margin over the trained model on the
+    same game first, then the highest reward), each with the
+    trained model's and the reference player's reward on the same game, and how many games were played.
+
+    Args:
+        role: 'buyer' or 'seller'.
+        n: how many games to list (1 to 100)."""
+    if role not in ROLES:
+        raise GameError(f"role must be {' or '.join(ROLES)}; got {role!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100:
+        raise GameError(f"n must be a whole number from 1 to 100; got {n!r}")
+    board = CHALLENGES.board
+    return {"role": role, "games": board.count(role), "top": board.top(role, n), "notice": NOTICE}
+
+
 # ---------------------------------------------------------------------- API: the GPU market
 @gradio_errors
 def market_start(task: str = "single_trade", policy: str = "human", seed: int = 0,
@@ -210,7 +259,7 @@ def market_start(task: str = "single_trade", policy: str = "human", seed: int = 
 
     Args:
         task: 'single_trade', 'market_round' or 'coalition_market'.
-        policy: who plays lab 0: the rule 'expert', a baseline policy, or 'human' (you act with market_act).
+        policy: who plays lab 0: 'expert' (the rule), a baseline policy, 'model' (the shipped trained lab) or 'human'.
         seed: the game's seed (a whole number from 0).
         counterparts: 'world' (the other labs' archetypes drawn from the seed) or one archetype for every other lab."""
     return MARKETS.start(task=task, policy=policy, seed=seed, counterparts=counterparts)
@@ -239,13 +288,13 @@ def market_state(session_id: str) -> dict:
 @gradio_errors
 def market_play(task: str = "coalition_market", policy: str = "expert", seed: int = 0,
                 counterparts: str = M.WORLD) -> dict:
-    """Play a whole market game with a scripted policy in lab 0 and return every round's actions,
-    the shocks, the judged pitches with the judge's reasons,
+    """Play a whole market game with a scripted policy (or the trained lab) in lab 0 and return every
+    round's actions, the shocks, the judged pitches with the judge's reasons,
     the coalitions and every lab's reward terms. Rounds, deadlines and block starts count from 1, as on the page.
 
     Args:
         task: 'single_trade', 'market_round' or 'coalition_market'.
-        policy: the scripted policy in lab 0 (the rule 'expert' or a baseline).
+        policy: the policy in lab 0: the rule 'expert', a baseline, or 'model' (the trained lab, where one is shipped).
         seed: the game's seed (a whole number from 0).
         counterparts: 'world' (archetypes drawn from the seed) or one archetype for every other lab."""
     if policy == M.HUMAN:
@@ -286,9 +335,9 @@ def market_schema() -> dict:
 
 
 QUEUED = (evaluate_policy, market_evaluate)  # long runs wait in the queue; game moves answer directly
-API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluate_policy, market_start, market_act,
-       market_state, market_play, market_evaluate, market_schema, read_artifact,
-       list_artifacts)
+API = (list_scenarios, start_game, send_reply, game_state, play_episode, evaluate_policy, challenge_start,
+       challenge_reply, leaderboard, market_start, market_act, market_state, market_play, market_evaluate,
+       market_schema, read_artifact, list_artifacts)
 
 
 def mcp_results_as_json() -> None:

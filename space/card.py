@@ -68,7 +68,7 @@ def card_facts(folder: str | Path) -> dict:
         episodes = (rl.get("max_steps", 0) * rl.get("per_device_train_batch_size", 0)
                     * rl.get("gradient_accumulation_steps", 0)) if rl else None
         facts["training"].append({
-            "curve": name, "command": prov.get("command"), "steps": max((p.get("step", 0) for p in points), default=0),
+            "curve": name, "command": F.relative(prov.get("command")), "steps": max((p.get("step", 0) for p in points), default=0),
             "games": script.get("games") if not rl else None, "episodes": episodes or None,
             "cloned": "scripted sellers'" if script.get("role") == "seller" else "expert",
             "scenarios": script.get("scenarios"), "sellers": script.get("sellers"),
@@ -82,7 +82,7 @@ def card_facts(folder: str | Path) -> dict:
     return facts
 
 
-def _millions(n) -> str:
+def millions(n) -> str:
     return "?" if not n else f"{n / 1e6:.1f} M"
 
 
@@ -92,9 +92,9 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
     f = card_facts(folder)
     base = ("the tiny Qwen3-architecture model Haggle builds from scratch (no pretraining)"
             if f["base_model"] == "haggle-tiny" else f"`{f['base_model']}`")
-    size = (f"a LoRA adapter of {_millions(f.get('adapter_parameters'))} parameters ({f.get('bytes', 0) / 2**20:.1f} MB)"
-            f" over {base} ({_millions(f.get('parameters'))} parameters)" if f["adapter"]
-            else f"{base}, {_millions(f.get('parameters'))} parameters, all trained")
+    size = (f"a LoRA adapter of {millions(f.get('adapter_parameters'))} parameters ({f.get('bytes', 0) / 2**20:.1f} MB)"
+            f" over {base} ({millions(f.get('parameters'))} parameters)" if f["adapter"]
+            else f"{base}, {millions(f.get('parameters'))} parameters, all trained")
     lines = [f"**{title}: `{f['name']}`**, {size}. Trained as the {' and '.join(f['roles']) or 'buyer'}: "
              f"{' → '.join(f['stages']) or 'no training stage recorded'}."]
     for t in f["training"]:

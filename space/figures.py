@@ -14,14 +14,17 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from training.common.provenance import REPO_DIRS, relative  # noqa: F401  (shown in the Space)
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
 EVAL_FILES = ("eval_results.json", "eval_scripted.json")
 TRAINED = ("base", "sft", "grpo", "sdpo")  # canonical names of model buyers (the artifact contract)
-RL_CURVES = {"grpo": "grpo_training_curve.json", "sdpo": "sdpo_training_curve.json"}
+RL_CURVES = {"grpo": "grpo_training_curve.json", "sdpo": "sdpo_training_curve.json",
+             "smollm2_grpo": "grpo_smollm2_training_curve.json"}
 SFT_CURVES = {"sft (option_a)": "sft_training_curve.json", "sft (option_b)": "sft_option_b_training_curve.json",
               "sft SmolLM2 (LoRA)": "sft_smollm2_training_curve.json"}
-RL_COLORS = {"grpo": "#d62728", "sdpo": "#9467bd"}
+RL_COLORS = {"grpo": "#d62728", "sdpo": "#9467bd", "smollm2_grpo": "#ff7f0e"}
 RL_METRICS = {"reward_mean": "mean reward", "deal_rate": "deal rate", "first_offer_ratio": "first offer / budget",
               "turns_mean": "turns per episode", "format_error_rate": "format-error rate",
               "frac_reward_zero_std": "groups with zero reward spread"}
@@ -62,10 +65,12 @@ def list_artifacts() -> list[dict]:
                 prov = (read_artifact(rel) or {}).get("provenance") or {}
             except (json.JSONDecodeError, AttributeError):
                 prov = {}
-        out.append({"file": rel, "bytes": path.stat().st_size, "command": prov.get("command", ""),
+        out.append({"file": rel, "bytes": path.stat().st_size, "command": relative(prov.get("command", "")),
                     "commit": str(prov.get("commit", ""))[:12], "date": prov.get("date", ""),
                     "wall_time_s": prov.get("wall_time_s"), "machine": prov.get("machine", "")})
     return out
+
+
 
 
 def provenance_line(data: dict | None, name: str) -> str:
@@ -75,7 +80,7 @@ def provenance_line(data: dict | None, name: str) -> str:
     wall = f", {p['wall_time_s']:.0f} s" if isinstance(p.get("wall_time_s"), (int, float)) else ""
     commit = str(p.get("commit", "?"))
     commit = commit[:12] + (" (with uncommitted changes)" if commit.endswith("-dirty") else "")
-    return (f"From `artifacts/{name}`: `{p.get('command', '?')}` at commit `{commit}`, "
+    return (f"From `artifacts/{name}`: `{relative(p.get('command', '?'))}` at commit `{commit}`, "
             f"{p.get('date', '?')}, {p.get('machine', '?')}{wall}.")
 
 
@@ -259,6 +264,18 @@ def _points(name: str) -> list[dict]:
     return (read_artifact(name) or {}).get("points", [])
 
 
+def rl_label(algo: str) -> str:
+    """An RL run as its curves name it: the run, its episodes per step, and how far it is when unfinished
+    (``smollm2_grpo (32 episodes/step; in progress: step 24 of 48)``)."""
+    data = read_artifact(RL_CURVES[algo]) or {}
+    pts = data.get("points", [])
+    per_step = sorted({p["episodes"] for p in pts if p.get("episodes")})
+    parts = [f"{'/'.join(map(str, per_step))} episodes/step"] if per_step else []
+    if data.get("complete") is False and pts:
+        parts.append(f"in progress: step {pts[-1]['step']} of {data.get('max_steps', '?')}")
+    return f"{algo} ({'; '.join(parts)})" if parts else algo
+
+
 def sft_loss() -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("SFT loss (buyer tokens only)", "token accuracy"))
     found = False
@@ -277,29 +294,65 @@ def sft_loss() -> go.Figure:
     return fig
 
 
+def moving_average(values: list, window: int) -> list:
+    """The trailing mean of the last ``window`` values at each point (fewer at the start); None stays None."""
+    out = []
+    for k in range(len(values)):
+        seen = [v for v in values[max(0, k - window + 1):k + 1] if v is not None]
+        out.append(sum(seen) / len(seen) if seen else None)
+    return out
+
+
+def smoothing_window(n: int) -> int:
+    """Points averaged by the curves' moving average: a tenth of the run, at least 3, at most 20."""
+    return max(3, min(20, n // 10))
+
+
+def reference_lines(fig: go.Figure, name: str = "eval_results.json", **where) -> None:
+    """The expert's and the oracle's reward on the held-out test split (seller mix) as horizontal lines: where
+    the training reward stands against them (the training episodes are train-split products, so this is a
+    yardstick, not the same games)."""
+    rows = {r["buyer"]: r for r in eval_rows(name, "mix")}
+    oracle = next((r for r in rows.values() if r.get("upper_bound")), None)
+    for r, dash, label in ((rows.get("expert"), "dash", "expert"), (oracle, "dot", "ceiling (oracle)")):
+        if r:
+            fig.add_hline(y=r["reward_mean"], line_dash=dash, line_color="#555", annotation_font_size=10,
+                          annotation_text=f"{label} on the test split {r['reward_mean']:+.2f}",
+                          annotation_position="top left", **where)
+
+
 def rl_rewards() -> go.Figure:
-    """Per-step mean reward of GRPO and SDPO with the step's own min-max range and ±1 std."""
+    """Per-step mean reward of each RL run (raw, with ±1 std) and its moving average, the expert and the ceiling
+    as reference lines, and step 0 (the SFT model RL starts from) marked."""
     fig = go.Figure()
-    colors = {"grpo": "#d62728", "sdpo": "#9467bd"}
     for algo, name in RL_CURVES.items():
         pts = _points(name)
         if not pts:
             continue
+        color = RL_COLORS.get(algo, "#444")
         steps = [p["step"] for p in pts]
         mean = [p["reward_mean"] for p in pts]
         std = [p.get("reward_std") or 0.0 for p in pts]
+        window, label = smoothing_window(len(pts)), rl_label(algo)
         fig.add_scatter(x=steps + steps[::-1], y=[m + s for m, s in zip(mean, std)] + [m - s for m, s in
                                                                                       zip(mean[::-1], std[::-1])],
-                        fill="toself", line={"width": 0}, fillcolor=colors[algo], opacity=0.15,
-                        name=f"{algo} ±1 std", hoverinfo="skip")
-        fig.add_scatter(x=steps, y=mean, mode="lines+markers", name=f"{algo} mean", line={"color": colors[algo]},
+                        fill="toself", line={"width": 0}, fillcolor=color, opacity=0.1,
+                        name=f"{label} ±1 std", hoverinfo="skip")
+        fig.add_scatter(x=steps, y=mean, mode="lines+markers", name=f"{label} per step (raw)",
+                        line={"color": color, "width": 1}, marker={"size": 4}, opacity=0.45,
                         customdata=[[p.get("reward_min"), p.get("reward_max"), p.get("episodes")] for p in pts],
                         hovertemplate="step %{x}: %{y:+.3f} (min %{customdata[0]:+.2f}, max %{customdata[1]:+.2f},"
                                       " %{customdata[2]} episodes)")
+        fig.add_scatter(x=steps, y=moving_average(mean, window), mode="lines", name=f"{label} moving average "
+                        f"({window} steps)", line={"color": color, "width": 3})
     if not fig.data:
         return _empty("GRPO / SDPO reward", "no RL curve yet: run python training/grpo.py")
-    fig.update_layout(title="Training reward per step against the live environment (each step's own episodes)",
-                      xaxis_title="step", yaxis_title="buyer reward", height=380)
+    reference_lines(fig)
+    fig.add_vline(x=0, line_color="#2ca02c", line_width=2, annotation_text="SFT model: RL starts", annotation_font_size=10,
+                  annotation_position="bottom right")
+    fig.update_layout(title="Training reward per step against the live environment (raw points and their moving "
+                            "average)", xaxis_title="RL step (0: the SFT model)", yaxis_title="buyer reward",
+                      height=400, legend={"orientation": "h", "y": -0.2})
     return fig
 
 
@@ -312,15 +365,16 @@ def rl_phases() -> go.Figure:
     for algo, name in RL_CURVES.items():
         pts = _points(name)
         found |= bool(pts)
-        steps = [p["step"] for p in pts]
+        steps, label = [p["step"] for p in pts], rl_label(algo)
         for i, k in enumerate([*keys, "overshoot_rate"]):
-            fig.add_scatter(x=steps, y=[p.get(k) for p in pts], mode="lines+markers", name=algo,
+            fig.add_scatter(x=steps, y=[p.get(k) for p in pts], mode="lines+markers", name=label,
                             legendgroup=algo, showlegend=i == 0, row=i // 3 + 1, col=i % 3 + 1,
-                            line={"color": {"grpo": "#d62728", "sdpo": "#9467bd"}[algo]})
+                            line={"color": RL_COLORS[algo]})
     if not found:
         return _empty("Behaviour over training", "no RL curve yet")
-    fig.update_xaxes(title_text="RL step (64 episodes each)", title_font={"size": 11})
-    fig.update_layout(title="Behaviour over training: six metrics per RL step (unsmoothed)", height=560)
+    fig.update_xaxes(title_text="RL step (episodes per step: see the legend)", title_font={"size": 11})
+    fig.update_layout(title="Behaviour over training: six metrics per RL step (unsmoothed)", height=560,
+                      legend={"orientation": "h", "y": -0.15})
     return fig
 
 
@@ -348,8 +402,8 @@ DASHBOARD_PANELS = (  # (title, y-axis title) in reading order: SFT first, then 
 
 def dashboard() -> go.Figure:
     """Both stages on one figure: SFT loss and accuracy, then the RL reward, deal rate, first offer
-    and turns per step, every panel with its axis titles; nothing smoothed, nothing annotated that
-    the curves do not show."""
+    and turns per step (raw points and their moving average), every panel with its axis titles, and the
+    expert's and the ceiling's test-split reward beside the RL reward."""
     fig = make_subplots(rows=2, cols=3, subplot_titles=[t for t, _ in DASHBOARD_PANELS],
                         horizontal_spacing=0.09, vertical_spacing=0.2)
     losses = []
@@ -365,25 +419,36 @@ def dashboard() -> go.Figure:
     for algo, name in RL_CURVES.items():
         pts = _points(name)
         steps = [p["step"] for p in pts]
+        if not pts:
+            continue
+        window, label = smoothing_window(len(pts)), rl_label(algo)
         for i, key in enumerate(("reward_mean", "deal_rate", "first_offer_ratio", "turns_mean")):
             k = 3 + i
-            fig.add_scatter(x=steps, y=[p.get(key) for p in pts], name=algo, legendgroup=algo, showlegend=i == 0,
-                            line={"color": RL_COLORS[algo]}, row=(k - 1) // 3 + 1, col=(k - 1) % 3 + 1)
+            raw = [p.get(key) for p in pts]
+            where = {"row": (k - 1) // 3 + 1, "col": (k - 1) % 3 + 1}
+            fig.add_scatter(x=steps, y=raw, name=f"{label} (raw)", legendgroup=algo, showlegend=i == 0, opacity=0.4,
+                            line={"color": RL_COLORS[algo], "width": 1}, **where)
+            fig.add_scatter(x=steps, y=moving_average(raw, window), name=f"{label} ({window}-step average)",
+                            legendgroup=f"{algo}-avg", showlegend=i == 0, line={"color": RL_COLORS[algo], "width": 3},
+                            **where)
     ticks, text = log_ticks([v for v in losses if v is not None])
     fig.update_yaxes(type="log", tickvals=ticks, ticktext=text, row=1, col=1)
     for k, (_, ytitle) in enumerate(DASHBOARD_PANELS, start=1):
         row, col = (k - 1) // 3 + 1, (k - 1) % 3 + 1
         fig.update_yaxes(title_text=ytitle, title_font={"size": 11}, row=row, col=col)
-        fig.update_xaxes(title_text="optimizer step" if k <= 2 else "RL step (64 episodes each)",
+        fig.update_xaxes(title_text="optimizer step" if k <= 2 else "RL step",
                          title_font={"size": 11}, row=row, col=col)
-    fig.update_layout(height=640, title="Training: SFT on expert games, then RL against the live environment "
-                                         "(every logged step, unsmoothed)", legend={"orientation": "h", "y": -0.15})
+    if any(_points(n) for n in RL_CURVES.values()):
+        reference_lines(fig, row=1, col=3)
+    fig.update_layout(height=640, title="Training: SFT on expert games (1-2), then RL from the SFT model against the "
+                                         "live environment (3-6; raw points and their moving average)",
+                      legend={"orientation": "h", "y": -0.15})
     return fig
 
 
 def pipeline_table() -> list[list]:
     data = read_artifact("pipeline.json") or {}
-    return [[s["stage"], f"{s['wall_time_s']:.0f}", s["command"]] for s in data.get("stages", [])]
+    return [[s["stage"], f"{s['wall_time_s']:.0f}", relative(s["command"])] for s in data.get("stages", [])]
 
 
 # ---------------------------------------------------------------------- transcripts
@@ -399,6 +464,40 @@ def before_after_games() -> list[dict]:
     """The before-vs-after games (``training/before_after.py``): one held-out game per entry, played by
     every training stage's buyer on the same scenario, seller and seed."""
     return (read_artifact(BEFORE_AFTER) or {}).get("games", [])
+
+
+BEFORE_AFTER_RULE = ("The game shown first is chosen by a rule, not by hand: among mutual-interest games, the one where "
+                     "training changed the buyer's reward most (the largest |reward of the model in the model seat − "
+                     "reward untrained|, the last stage's when the seat's model is not in the file; a tie goes to the "
+                     "first in the file).")
+
+
+def before_after_default(games: list[dict], buyers: list[str], seat: str | None = None) -> int:
+    """The index of the game ``BEFORE_AFTER_RULE`` picks (0 when no game is of mutual interest): ``seat`` is the
+    evaluation name of the model in the model seat."""
+    if not games or len(buyers) < 2:
+        return 0
+    after = seat if seat in buyers[1:] else buyers[-1]
+    change = [(abs(g["rewards"][after] - g["rewards"][buyers[0]]), -k) for k, g in enumerate(games)
+              if g["interest"] == "mutual"]
+    return -max(change)[1] if change else 0
+
+
+def before_after_product(g: dict) -> str:
+    """The product on sale in game ``g``, as its buyers were told it (the listing: title, category, description
+    and list price), with the private values each side had."""
+    source = ((read_artifact(BEFORE_AFTER) or {}).get("provenance", {}).get("config", {}) or {}).get("scenarios",
+                                                                                                    "builtin")
+    listing = f"### On sale: {g['title']}\n\n"  # the artifact's own fields, unless the catalog here has the listing
+    try:
+        from env.bargain.sources import get_split  # noqa: PLC0415
+        s = get_split(source, "test")[g["product"]]
+        if s.title == g["title"]:  # the same product (a changed catalog would show another one)
+            listing = f"### On sale: {s.title} ({s.category})\n{s.description}\n\n"
+    except Exception:  # noqa: BLE001, S110  (a source not present here)
+        pass
+    return (listing + f"List price ${g['list_price']:,.2f}; the buyer's budget ${g['budget']:,.2f}, the seller's cost "
+            f"${g['cost']:,.2f} (private to each side). Below: what each buyer said about it.")
 
 
 def before_after_label(g: dict) -> str:

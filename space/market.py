@@ -30,10 +30,30 @@ from env.market.world import ACTIONS_PER_TURN, ARCHETYPES, LOT_PRICE, SPOT_PRICE
 from space.sessions import GameError, Session, SessionStore, as_game_error
 
 HUMAN = "human"
+MODEL = "model"  # the trained market lab (space/model.py: HAGGLE_MARKET_MODEL or the shipped adapter)
 WORLD = "world"  # counterparts: each lab's archetype as the seed draws it
 COUNTERPARTS = (WORLD, *ARCHETYPES)
-POLICY_CHOICES = (*POLICIES, HUMAN)
+POLICY_CHOICES = (*POLICIES, MODEL, HUMAN)
 TEMPLATES = {"wait": EXAMPLES["wait"], **EXAMPLES}  # what a person can start from in the page
+
+
+def policy_choices() -> list[str]:
+    """What the page offers for lab 0: the trained lab only where there is one."""
+    from space.model import market_model_path  # noqa: PLC0415
+    return [p for p in POLICY_CHOICES if p != MODEL or market_model_path()]
+
+
+def lab0(policy: str):
+    """Lab 0's player for ``policy`` (None: a person moves it)."""
+    if policy == HUMAN:
+        return None
+    if policy == MODEL:
+        from space.model import MarketModelLab  # noqa: PLC0415
+        try:
+            return MarketModelLab()
+        except ValueError as exc:  # none here: the message says how to name one
+            raise GameError(str(exc)) from None
+    return make_policy(policy)
 
 
 @dataclass
@@ -42,6 +62,8 @@ class MarketSession(Session):
 
     policy: str
     counterparts: str
+    series: dict | None = None  # each lab's holdings per round, recorded as the game plays (``record_round``)
+    recorded: tuple | None = None  # (round, over) when the series was last recorded
 
     @property
     def human(self) -> bool:
@@ -64,11 +86,12 @@ class MarketSessions(SessionStore):
         check_choice(policy, POLICY_CHOICES, "policy")
         check_choice(counterparts, COUNTERPARTS, "counterparts")
         with as_game_error():
-            match = MarketMatch(task, settings.check_seed(seed), None if policy == HUMAN else make_policy(policy),
+            match = MarketMatch(task, settings.check_seed(seed), lab0(policy),
                                 None if counterparts == WORLD else counterparts)
         game = MarketSession(secrets.token_hex(16), match, policy=policy, counterparts=counterparts)
         if advance:
-            match.advance()
+            for _ in rounds(game):
+                pass
         return game
 
     @staticmethod
@@ -91,19 +114,36 @@ class MarketSessions(SessionStore):
             if game.env.done:
                 raise GameError("this game is over; start a new one")
             game.match.step(human_action(action))
+            record_round(game)  # the person's action may end a round, or the game
             yield view(game)
-            for _ in rounds(game.match):
+            for _ in rounds(game):
                 yield view(game)
 
 
-def rounds(match: MarketMatch):
+def rounds(game: MarketSession):
     """Agents act until a person is to move or the game ends; yields after every round they finish
-    (and at the end), for a page that shows the game round by round."""
+    (and at the end), for a page that shows the game round by round. The game's ``series`` records
+    each lab's holdings at every round's end as it is played (the page's chart of an agents' game,
+    drawn without playing it again: a model lab's game costs minutes on a CPU)."""
+    match = game.match
     env, rnd = match.env, match.env.round
+    record_round(game)
     for _ in match.moves():
+        record_round(game)
         if env.done or env.round != rnd or match.players[env.to_move] is None:
             yield
         rnd = env.round
+
+
+def record_round(game: MarketSession) -> None:
+    """Start the game's ``series``, or add the holdings of a round that ended (or of the game's end)
+    since it was last recorded: after any move, an agent's or a person's."""
+    env = game.env
+    if game.series is None:
+        game.series = series_start(game.match)
+    elif (env.round, env.done) != game.recorded:
+        series_add(game.series, game.match)
+    game.recorded = (env.round, env.done)
 
 
 def human_action(action) -> str:
@@ -306,35 +346,30 @@ def showcase_seed(task: str = "coalition_market", policy: str = "expert", limit:
     return 0
 
 
-def round_series(task: str, policy: str, seed: int, counterparts: str | None = None) -> dict:
-    """Each lab's money and GPU-hours held (blocks it owns) at the start and at the end of every
-    round, from a replay of the agents' game (scripted policies replay exactly from the seed)."""
-    from env.market import make_policy  # noqa: PLC0415
-    from env.market.play import MarketMatch  # noqa: PLC0415
-    match = MarketMatch(task, seed, make_policy(policy), None if counterparts in (None, WORLD) else counterparts)
-    env = match.env
-    w = env.world
+def _holdings(match: MarketMatch) -> tuple[list[float], list[float]]:
+    """Each lab's money and the GPU-hours of the blocks it owns, now."""
+    w = match.env.world
+    hours = [0.0] * len(w.labs)
+    for b in w.blocks.values():
+        if 0 <= b.owner < len(w.labs):
+            hours[b.owner] += b.hours
+    return [lab.money for lab in w.labs], hours
 
-    def snapshot():
-        hours = [0.0] * len(w.labs)
-        for b in w.blocks.values():
-            if 0 <= b.owner < len(w.labs):
-                hours[b.owner] += b.hours
-        return [lab.money for lab in w.labs], hours
 
-    money, hours = snapshot()
-    series = {"rounds": [0], "money": [[m] for m in money], "hours": [[h] for h in hours],
-              "labs": [lab.name for lab in w.labs]}
-    current = env.round
-    for _ in match.moves():
-        if env.round != current or env.done:
-            current = env.round
-            money, hours = snapshot()
-            series["rounds"].append(len(series["rounds"]))
-            for i in range(len(w.labs)):
-                series["money"][i].append(money[i])
-                series["hours"][i].append(hours[i])
-    return series
+def series_start(match: MarketMatch) -> dict:
+    """A per-round record of each lab's money and GPU-hours held, from the game's start."""
+    money, hours = _holdings(match)
+    return {"rounds": [0], "money": [[m] for m in money], "hours": [[h] for h in hours],
+            "labs": [lab.name for lab in match.env.world.labs]}
+
+
+def series_add(series: dict, match: MarketMatch) -> None:
+    """The holdings at the end of the round that just ended (or of the game)."""
+    money, hours = _holdings(match)
+    series["rounds"].append(len(series["rounds"]))
+    for i in range(len(money)):
+        series["money"][i].append(money[i])
+        series["hours"][i].append(hours[i])
 
 
 def person_markdown(state: dict) -> str:

@@ -52,6 +52,12 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._games)
 
+    def ids(self) -> list[str]:
+        """The session ids of the live games (idle ones expired first)."""
+        with self._lock:
+            self._expire()
+            return list(self._games)
+
     def add(self, game):
         """Keep ``game`` under its session id (refused past ``max_sessions`` live games)."""
         with self._lock:

@@ -17,9 +17,11 @@ from env.market import ACTION_SCHEMA
 from env.market import TASKS as MARKET_TASKS
 from space import figures as F
 from space import market as M
-from space.api import API, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
+from space import story
+from space.api import API, CHALLENGES, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
 from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sources, choices, view
-from space.card import model_card
+from space.card import card_facts, model_card
+from space.challenge import NOTICE, REFERENCE
 from space.model import ENV_VAR, model_label, model_path, model_roles
 
 PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
@@ -75,7 +77,7 @@ def _game_outputs(state: dict):
     card = (f"### {state['title']} ({state['category']})\n{state['description']}\n\nList price "
             f"${state['list_price']:,.2f}.{secret} Round {state['turn']} of {state['max_turns']}. "
             f"Buyer: **{state['buyer']}**, seller: **{state['seller']}**, product #{state['product']}, "
-            f"seed {state['seed']}.")
+            + (f"seed {state['seed']}." if "seed" in state else "seed drawn for you, shown when the game is over."))
     if you and not state["done"]:
         offer = state.get("their_offer")
         card += f"\n\nYou are the **{you}**. " + (f"Their standing offer: ${offer:,.2f}." if offer else
@@ -116,15 +118,69 @@ def ui_send(session, action, price, talk):
         yield (*outs, controls if state["done"] or state["to_move"] == state["you"] else gr.skip(), "")
 
 
-def _market_outputs(state: dict, chart: bool = True):
+LEADERBOARD_HEADERS = ["place", "name", "margin over the model", "your reward", "model's", "reference's", "product",
+                       "seed", "deal", "ended"]
+
+
+def leaderboard_rows(role: str) -> list[list]:
+    return [[k, r["name"] or "anonymous", f"{r['reward'] - r['model_reward']:+.3f}", f"{r['reward']:+.3f}",
+             f"{r['model_reward']:+.3f}",
+             f"{r['reference']} {r['reference_reward']:+.3f}", r["title"], r["seed"], "yes" if r["deal"] else "no",
+             r["ended_at"][:16].replace("T", " ")] for k, r in enumerate(CHALLENGES.board.top(role), start=1)]
+
+
+def challenge_result(state: dict) -> str:
+    """The end of a challenge game in words: the three scores on the same game, and the visitor's place."""
+    c = state.get("challenge")
+    if not c:
+        return ""
+    you, model, ref = c["reward"], c["model_reward"], c["reference_reward"]
+    if c["role"] == BUYER:
+        verdict = "You out-haggled the model" if you > model else "The model did as well" if you == model else \
+            "The model out-haggled you"
+        lines = [f"**{verdict}.** On this very game (same product, seller and seed {c['seed']}): **you {you:+.3f}**, the "
+                 f"trained model in your seat {model:+.3f}, the rule-based expert {ref:+.3f} (buyer reward)."]
+    else:
+        verdict = "You out-haggled the model" if you > model else "The model held its own" if you == model else \
+            "The model out-haggled you"
+        lines = [f"**{verdict}.** Your seller reward **{you:+.3f}** against the model buyer's {model:+.3f} in this "
+                 f"game; the {REFERENCE[SELLER]} scripted seller gets {ref:+.3f} from the model on the same product "
+                 "and seed."]
+    lines.append(f"Your game is #{c['place']} of {c['games']} {c['role']} games on the leaderboard.")
+    return "\n\n".join(lines)
+
+
+def _challenge_outputs(state: dict):
+    chat, card, outcome, controls = _game_outputs(state)
+    done = state["done"]
+    return (chat, card, outcome, controls, challenge_result(state),
+            leaderboard_rows(state["challenge"]["role"]) if done and state.get("challenge") else gr.skip())
+
+
+@gradio_errors
+def ui_challenge_start(role, name, product, old_session):
+    if old_session:
+        GAMES.end(old_session)
+    state = CHALLENGES.start(role=role, product=product_arg(product), name=name or "")  # the seed: drawn, unseen
+    return (state["session_id"], *_challenge_outputs(state))
+
+
+@gradio_errors
+def ui_challenge_send(session, action, price, talk):
+    if not session:
+        raise GameError("start a challenge first")
+    state = CHALLENGES.reply(session, action, price if action == "offer" else None, talk)
+    return (*_challenge_outputs(state), "")
+
+
+def _market_outputs(state: dict, chart: bool = True, series: dict | None = None):
     """State -> (card, rounds, outcome, per-round chart, person's controls visible). The chart is
-    drawn once an agents' game is over (a replay from its seed; a person's game cannot be replayed)."""
+    drawn once the game is over, from the holdings recorded as it played (``series``)."""
     outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
     if not chart:
         plot = gr.skip()
-    elif state["done"] and state["policy"] != HUMAN:
-        plot = F.market_rounds_chart(M.round_series(state["task"], state["policy"], state["seed"],
-                                                    state["counterparts"]))
+    elif state["done"] and series:
+        plot = F.market_rounds_chart(series)
     else:
         plot = F.market_rounds_chart(None)
     return M.card_markdown(state), M.rounds_markdown(state), outcome, plot, gr.update(visible=bool(state["you"])
@@ -141,20 +197,21 @@ def ui_market_start(task, policy, counterparts, seed, old_session):
                                         seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed))
     with game.lock:
         yield (game.id, *_market_outputs(M.view(game)))
-        for _ in M.rounds(game.match):
+        for _ in M.rounds(game):
             time.sleep(PACE_S)
             state = M.view(game)
-            yield (game.id, *_market_outputs(state, chart=state["done"]))
+            yield (game.id, *_market_outputs(state, chart=state["done"], series=game.series))
 
 
 @gradio_errors
 def ui_market_send(session, action):
     if not session:
         raise GameError("start a market game first")
+    series = MARKETS.get(session).series
     for k, state in enumerate(MARKETS.act_steps(session, action)):
         if k:
             time.sleep(PACE_S)
-        yield _market_outputs(state)
+        yield _market_outputs(state, series=series)
 
 
 def ui_market_template(name: str) -> str:
@@ -177,7 +234,8 @@ def ui_before_after(index):
         outs = (*([[]] * len(buyers)), f"No `artifacts/{F.BEFORE_AFTER}` yet: run `python training/before_after.py`.")
     else:
         g = games[min(int(index or 0), len(games) - 1)]
-        outs = (*(F.transcript_messages(g["games"][b]) for b in buyers), F.before_after_summary(g, buyers))
+        outs = (*(F.transcript_messages(g["games"][b]) for b in buyers),
+                F.before_after_product(g) + "\n\n" + F.before_after_summary(g, buyers))
     return outs if len(outs) > 1 else outs[0]  # one output component takes the value itself
 
 
@@ -199,7 +257,7 @@ def ui_artifact(name: str):
         return None, {}
     path = F.artifact_path(name)
     meta = F.read_artifact(name).get("provenance", {}) if path.suffix == ".json" else {"bytes": path.stat().st_size}
-    return str(path), meta
+    return str(path), F.relative(meta)  # as displayed; the file (the download) keeps the full record
 
 
 ENV_TEXT = """
@@ -247,18 +305,24 @@ print(game["your_steps"][-1]["detail"], "| money left:", game["observation"]["mo
 
 # ---------------------------------------------------------------------- layout
 def _glance_tab() -> None:
-    """The "At a glance" tab."""
-    gr.Markdown("Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
-                "one, −1 for an unreadable reply or going over budget. Scenarios are products with a "
-                "list price; *mutual interest* means budget > cost.")
-    gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
-                                            "conflicting interest", "categories", "test products"],
-                 label="Scenarios (task: bilateral price negotiation)", interactive=False)
-    gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
-    gr.Markdown("### The models\n" + models_overview(), elem_id="model-cards")
-    gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
-                 interactive=False, wrap=True, max_height=2000, column_widths=["15%", "20%", "65%"],
-                 elem_id="players-table")
+    """The "At a glance" tab: did it learn? (a sentence and a chart), then the tables, folded."""
+    gr.Markdown(story.sentence(model_path()), elem_id="story")
+    with gr.Row(equal_height=True):
+        gr.Plot(story.chart(model_path(), "builtin"), show_label=False, elem_id="story-chart")
+        gr.Plot(story.chart(model_path(), "amazon"), show_label=False, elem_id="story-chart-amazon")
+    gr.Markdown(story.details(model_path()) + " Buyer reward `clip((budget − price) / |budget − cost|, −1, 1)` for a deal, 0 without "
+                "one, −1 for an unreadable reply or going over budget. Red: the model in the model seat; blue: the "
+                "best scripted baseline. Scenarios are products with a list price; *mutual interest* means budget > "
+                "cost.")
+    with gr.Accordion("Headline results, the models and the players (tables)", open=False):
+        gr.Markdown("### Headline results (held-out test split, whole seller mix)\n" + F.headline())
+        gr.Dataframe(scenario_stats(), headers=["source", "products", "mutual interest",
+                                                "conflicting interest", "categories", "test products"],
+                     label="Scenarios (task: bilateral price negotiation)", interactive=False)
+        gr.Markdown("### The models\n" + models_overview(), elem_id="model-cards")
+        gr.Dataframe(players_table(), headers=["role", "name", "how it plays"], label="Players",
+                     interactive=False, wrap=True, max_height=2000, column_widths=["15%", "20%", "65%"],
+                     elem_id="players-table")
 
 
 def _play_tab() -> None:
@@ -296,6 +360,40 @@ def _play_tab() -> None:
                 api_visibility="private")
 
 
+def _challenge_tab(tab: gr.Tab) -> None:
+    """The "Out-haggle it" tab: a visitor against the trained model, scored on the same game, with a leaderboard."""
+    gr.Markdown("### Can you out-haggle it?\nPlay the **buyer** against a scripted seller on a product the model "
+                "never trained on, then see what the trained model and the rule-based expert scored on the very same "
+                "game. Or play the **seller** against the trained model itself. The game's seed is drawn for you and "
+                "shown at the end; the leaderboard ranks by how far you beat the model on your game. The catalog is "
+                "public, so this is a game, not a benchmark. " + NOTICE)
+    session = gr.State("")
+    with gr.Row():
+        role = gr.Radio([BUYER, SELLER], value=BUYER, label="You play", elem_id="ch-role")
+        name = gr.Textbox(label="Name on the leaderboard (optional)", max_length=24, elem_id="ch-name")
+        product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
+    start = gr.Button("Start the challenge", variant="primary", elem_id="ch-start")
+    card = gr.Markdown(elem_id="ch-card")
+    chat = gr.Chatbot(label="Negotiation", height=380, elem_id="ch-chat")
+    with gr.Group(visible=False) as controls:
+        with gr.Row():
+            action = gr.Radio(list(HUMAN_ACTIONS), value="offer", label="Your action", elem_id="ch-action")
+            price = gr.Number(None, label="Price ($)", elem_id="ch-price")
+        talk = gr.Textbox(label="What you say", elem_id="ch-talk")
+        send = gr.Button("Send", variant="primary", elem_id="ch-send")
+    outcome = gr.Markdown(elem_id="ch-outcome")
+    result = gr.Markdown(elem_id="ch-result")
+    board = gr.Dataframe(headers=LEADERBOARD_HEADERS, label="Leaderboard (widest margin over the model first)",
+                         interactive=False,
+                         wrap=True, elem_id="ch-leaderboard")
+    role.change(leaderboard_rows, role, board, api_visibility="private")
+    tab.select(leaderboard_rows, role, board, api_visibility="private")  # the board is read when the tab opens
+    outs = [chat, card, outcome, controls, result, board]
+    start.click(ui_challenge_start, [role, name, product, session], [session, *outs], api_visibility="private")
+    send.click(ui_challenge_send, [session, action, price, talk], [*outs, talk], api_visibility="private")
+    talk.submit(ui_challenge_send, [session, action, price, talk], [*outs, talk], api_visibility="private")
+
+
 def _market_tab(demo: gr.Blocks) -> None:
     """The "GPU market" tab."""
     gr.Markdown("AI labs with private budgets and jobs trade scarce GPU capacity in rounds: offers, "
@@ -306,7 +404,7 @@ def _market_tab(demo: gr.Blocks) -> None:
     m_session = gr.State("")
     with gr.Row():
         m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task")
-        m_policy = gr.Dropdown(list(M.POLICY_CHOICES), value="expert", label="Lab 0 (policy)",
+        m_policy = gr.Dropdown(M.policy_choices(), value="expert", label="Lab 0 (policy)",
                                elem_id="market-policy")
         m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
         m_seed = gr.Number(M.showcase_seed(), precision=0, minimum=0, label="Seed (empty: random)",
@@ -389,8 +487,10 @@ def _before_after_tab(demo: gr.Blocks) -> None:
     gr.Markdown("The same held-out games (scenario, seller and seed) played by the buyer after each stage of "
                 "training, greedily: the untrained model, after SFT on expert games, after RL against the live "
                 "environment. Most are mutual-interest games (a deal is possible); the one labelled conflicting has "
-                "the budget below the cost, where walking away (reward 0) is the best any buyer can do.")
-    pick = gr.Dropdown([(F.before_after_label(g), i) for i, g in enumerate(games)], value=0 if games else None,
+                "the budget below the cost, where walking away (reward 0) is the best any buyer can do. "
+                + F.BEFORE_AFTER_RULE)
+    first = F.before_after_default(games, buyers, card_facts(model_path())["eval_buyer"])
+    pick = gr.Dropdown([(F.before_after_label(g), i) for i, g in enumerate(games)], value=first if games else None,
                        label="Held-out game", elem_id="ba-game")
     summary = gr.Markdown(elem_id="ba-summary")
     with gr.Row():
@@ -447,9 +547,11 @@ def build() -> gr.Blocks:
     with gr.Blocks(title="Haggle") as demo:
         gr.Markdown("# Haggle\nLanguage models that learn to negotiate from verifiable rewards: a buyer with a "
                     "private budget bargains with a regulated seller who has a private cost.")
-        with gr.Tabs():
+        with gr.Tabs(overflow_behavior="wrap"):  # every tab on screen at any width, none hidden in a menu
             with gr.Tab("At a glance", id="glance"):
                 _glance_tab()
+            with gr.Tab("Out-haggle it", id="challenge") as challenge_tab:
+                _challenge_tab(challenge_tab)
             with gr.Tab("Play", id="play"):
                 _play_tab()
             with gr.Tab("GPU market", id="market"):

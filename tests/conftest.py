@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import pytest
+
+# the Space's challenge leaderboard: never the user's own file (~/.cache/haggle) in tests
+os.environ["HAGGLE_LEADERBOARD_DB"] = str(Path(tempfile.mkdtemp(prefix="haggle-board-")) / "leaderboard.sqlite")
+os.environ.pop("HAGGLE_LEADERBOARD_REPO", None)
 
 from env.bargain.env import BargainEnv
 from env.bargain.sources import Scenario, make_scenario

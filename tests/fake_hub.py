@@ -4,7 +4,7 @@
 
 It answers ``GET /api/whoami-v2``, ``POST /api/repos/create``, ``POST /api/validate-yaml``,
 ``POST /api/models/{repo}/preupload/{rev}`` (every file "regular", i.e. sent inline) and
-``POST /api/models/{repo}/commit/{rev}`` (ndjson), checks the bearer token on each, and keeps what
+``POST /api/models/{repo}/commit/{rev}`` (ndjson), the same for ``datasets``, checks the bearer token on each, and keeps what
 it received. Anything else is a 404 that is recorded in ``unknown``.
 """
 
@@ -72,12 +72,13 @@ class FakeHub:
                     repo = f"{req.get('organization') or hub.user}/{req['name']}"
                     if repo in hub.repos:
                         return self._reply(409, {"error": "You already created this model repo"})
-                    hub.repos[repo] = {"private": req.get("visibility") == "private", "files": {}, "commits": []}
+                    hub.repos[repo] = {"private": req.get("visibility") == "private", "files": {}, "commits": [],
+                                       "type": req.get("type", "model")}
                     return self._reply(200, {"url": f"http://{self.headers['Host']}/{repo}", "name": repo})
                 if path == "/api/validate-yaml":
                     hub.yaml_checked.append(json.loads(body)["content"])
                     return self._reply(200, {"errors": [], "warnings": []})
-                m = re.fullmatch(r"/api/models/(.+)/(preupload|commit)/([^/]+)", path)
+                m = re.fullmatch(r"/api/(?:models|datasets)/(.+)/(preupload|commit)/([^/]+)", path)
                 if m and m.group(1) in hub.repos:
                     repo = hub.repos[m.group(1)]
                     if m.group(2) == "preupload":

@@ -11,6 +11,7 @@ import pytest
 
 from env.bargain.sources import amazon_path
 from training import evaluate
+from training.common.provenance import relative
 from training.games.bargain.config import BargainEvalArgs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,9 +204,10 @@ def test_rows_of_an_earlier_artifact_join_only_when_played_on_the_same_episodes(
     evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", str(second), *common])
     art = json.loads(second.read_text())
     joined = [r for r in art["rows"] if r["buyer"] == "expert"]
-    assert joined and all(r["from_artifact"] == str(first) for r in joined)
-    assert art["included_rows"][str(first)]["command"] == json.loads(first.read_text())["provenance"]["command"]
-    assert joined == [{**r, "from_artifact": str(first)} for r in json.loads(first.read_text())["rows"]]
+    assert joined and all(r["from_artifact"] == relative(str(first)) for r in joined)
+    assert art["included_rows"][relative(str(first))]["command"] == \
+        json.loads(first.read_text())["provenance"]["command"]
+    assert joined == [{**r, "from_artifact": relative(str(first))} for r in json.loads(first.read_text())["rows"]]
     assert not any("episodes_subset" in r for r in joined)
     wider = tmp_path / "wider.json"  # the first 3 products' episodes are the same in a 4-product run
     evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", str(wider), "--scenarios",
@@ -216,3 +218,71 @@ def test_rows_of_an_earlier_artifact_join_only_when_played_on_the_same_episodes(
         with pytest.raises(SystemExit, match="same episodes"):
             evaluate.main(["--buyers", "random_valid", "--include_rows", str(first), "--out", "", "--scenarios",
                            "builtin", *bad, "--transcripts", "", "--progress", "false"])
+
+
+def test_an_interrupted_model_evaluation_resumes_from_its_finished_cells(tmp_path, tiny_dir, monkeypatch):
+    """With --cell_cache every finished model cell is kept: a rerun reads them back (same rows, not played
+    again), names them in cells_resumed, skips a line cut short by a kill, and plays again a cell whose
+    settings or weights changed."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from training import evaluate
+    from training.games.bargain import adapter
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    cache = tmp_path / "cells.jsonl"
+    args = ["--scenarios", "builtin", "--buyers", "expert", "--buyer_models", f"m={model}", "--temperatures", "0,0.7",
+            "--limit", "2", "--seeds", "1", "--sellers", "neutral,boulware", "--max_new_tokens", "8",
+            "--cell_cache", str(cache), "--transcripts", "", "--progress", "false"]
+    evaluate.main([*args, "--out", str(tmp_path / "first.json")])
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 4 and "cells_resumed" not in json.loads((tmp_path / "first.json").read_text())
+    played = []
+    real = adapter._model_cell
+    monkeypatch.setattr(adapter, "_model_cell", lambda *a, **k: played.append(a[2]) or real(*a, **k))
+    cache.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])  # killed while writing the 4th
+    evaluate.main([*args, "--out", str(tmp_path / "second.json")])
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("first.json", "second.json"))
+    assert played == ["boulware"], "only the cell whose line was cut short is played again"
+    assert b["rows"] == a["rows"] and b["rows_other_sampling"] == a["rows_other_sampling"]
+    assert sorted((c["seller"], c["temperature"]) for c in b["cells_resumed"]) == \
+        [("boulware", 0.0), ("neutral", 0.0), ("neutral", 0.7)]
+    assert all(c["commit"] and c["date"] for c in b["cells_resumed"])
+    played.clear()
+    evaluate.main([*args, "--max_new_tokens", "9", "--out", ""])
+    assert len(played) == 4, "other settings: every cell plays again"
+    played.clear()
+    weights = load_file(model / "model.safetensors")
+    save_file({k: v + 0.01 if v.is_floating_point() else v for k, v in weights.items()}, model / "model.safetensors",
+              metadata={"format": "pt"})
+    evaluate.main([*args, "--out", ""])
+    assert len(played) == 4, "a checkpoint retrained at the same path is not the one the cache holds"
+
+
+def test_included_rows_bring_their_other_samplings_and_the_record_of_where_they_came_from(tmp_path, tiny_dir):
+    """An artifact built from included rows can itself be included: its rows keep the artifact they were
+    played in and that artifact's record; rows at other samplings come along; the headline sampling is the
+    included rows' own."""
+    from training import evaluate
+    common = ["--scenarios", "builtin", "--limit", "1", "--seeds", "1", "--sellers", "neutral", "--transcripts", "",
+              "--progress", "false"]
+    model, merged, again = tmp_path / "model.json", tmp_path / "merged.json", tmp_path / "again.json"
+    evaluate.main(["--buyers", "none", "--buyer_models", f"m={tiny_dir}", "--temperatures", "0,0.7",
+                   "--max_new_tokens", "8", "--oracle", "false", "--out", str(model), *common])
+    evaluate.main(["--buyers", "expert", "--include_rows", str(model), "--out", str(merged), *common])
+    evaluate.main(["--buyers", "random_valid", "--include_rows", str(merged), "--out", str(again), *common])
+    m, a = (json.loads(p.read_text()) for p in (model, again))
+    label = {"from_artifact": relative(str(model))}
+    assert [r for r in a["rows"] if r["buyer"] == "m"] == [{**r, **label} for r in m["rows"]]
+    assert a["rows_other_sampling"] == [{**r, **label} for r in m["rows_other_sampling"]]
+    assert a["included_rows"][relative(str(model))]["command"] == m["provenance"]["command"], "the chain of custody"
+    assert a["included_rows"][relative(str(merged))]["buyers"] == ["expert"], "what the gathering run played itself"
+    gathered = tmp_path / "gathered.json"  # gathered from an artifact that only gathered: the origin stays known
+    evaluate.main(["--buyers", "random_valid", "--include_rows", str(again), "--out", str(gathered), *common])
+    g = json.loads(gathered.read_text())
+    assert g["included_rows"][relative(str(model))]["command"] == m["provenance"]["command"]
+    assert {r["from_artifact"] for r in g["rows"] if r["buyer"] == "m"} == {relative(str(model))}
+    assert a["sampling"]["headline"] == "greedy" and a["sampling"]["others"] == ["T=0.7"]

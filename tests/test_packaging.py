@@ -117,8 +117,10 @@ def test_provenance_calls_code_changes_dirty_but_not_artifacts_written_by_earlie
     from training.common import provenance
     repo = tmp_path / "repo"
     (repo / "artifacts").mkdir(parents=True)
+    (repo / "runs" / "grpo").mkdir(parents=True)
     (repo / "code.py").write_text("x = 1\n")
     (repo / "artifacts" / "curve.json").write_text("{}\n")
+    (repo / "runs" / "grpo" / "pipeline_command.txt").write_text("python grpo.py\n")  # a committed resume mark
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
         subprocess.run(git + cmd, cwd=repo, check=True)
@@ -126,6 +128,7 @@ def test_provenance_calls_code_changes_dirty_but_not_artifacts_written_by_earlie
     clean = provenance.git_commit()
     assert len(clean) == 40
     (repo / "artifacts" / "curve.json").write_text('{"points": []}\n')
-    assert provenance.git_commit() == clean
+    (repo / "runs" / "grpo" / "pipeline_command.txt").write_text("python grpo.py\ncode abc\n")
+    assert provenance.git_commit() == clean, "a stage's own outputs and resume marks are not code"
     (repo / "code.py").write_text("x = 2\n")
     assert provenance.git_commit() == clean + "-dirty"

@@ -92,6 +92,6 @@ def test_the_space_seats_a_smollm2_adapter_as_its_model(sft_run, monkeypatch):
     monkeypatch.setenv(seat.ENV_VAR, str(sft_run[0]))
     monkeypatch.setattr(seat, "_loaded", {})
     game = app.play_episode(buyer="model", seller="neutral", product=1, seed=3)
-    assert type(seat._loaded["backend"].model).__name__ == "PeftModelForCausalLM"
+    assert type(seat._loaded[str(sft_run[0])].model).__name__ == "PeftModelForCausalLM"
     assert game["done"] and game["buyer"] == "model" and -1 <= game["outcome"]["reward"] <= 1
     assert [t["role"] for t in game["transcript"]["turns"]][0] == "buyer"

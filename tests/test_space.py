@@ -202,7 +202,7 @@ def test_figures_show_the_artifact_numbers():
     any_row = F.eval_rows("eval_results.json")[0]
     assert cells[(any_row["buyer"], any_row["seller"])] == any_row["reward_mean"]
     grpo = F.read_artifact("grpo_training_curve.json")["points"]
-    curve = next(t for t in F.rl_rewards().data if t.name == "grpo mean")
+    curve = next(t for t in F.rl_rewards().data if t.name == f"{F.rl_label('grpo')} per step (raw)")
     assert list(curve.y) == [p["reward_mean"] for p in grpo]
     for make in (F.sft_loss, F.rl_phases, F.dashboard, lambda: F.interest_bars("eval_results.json")):
         assert isinstance(make(), go.Figure) and make().data
@@ -275,8 +275,10 @@ def test_model_cards_say_what_plays_from_the_files_alone():
 
 def test_training_dashboard_has_six_titled_panels_and_readable_log_ticks():
     fig = F.dashboard()
-    titles = [a.text for a in fig.layout.annotations]
+    titles = [a.text for a in fig.layout.annotations if a.text in {t for t, _ in F.DASHBOARD_PANELS}]
     assert len(titles) == 6 == len(set(titles)) and titles[0].startswith("1. SFT") and titles[2].startswith("3. RL")
+    refs = [a.text for a in fig.layout.annotations if a.text not in titles]  # the reference lines on the reward panel
+    assert any(t.startswith("expert") for t in refs) and any(t.startswith("ceiling") for t in refs), refs
     for k in range(1, 7):
         suffix = "" if k == 1 else str(k)
         assert fig.layout[f"xaxis{suffix}"].title.text and fig.layout[f"yaxis{suffix}"].title.text

@@ -32,10 +32,14 @@ def expert_person(store, task: str, seed: int, act=None):
 @pytest.mark.parametrize("task", list(TASKS))
 def test_a_person_playing_like_the_expert_gets_the_experts_game(task):
     for seed in (0, 5):
-        state, _ = expert_person(MarketSessions(), task, seed)
+        store = MarketSessions()
+        state, _ = expert_person(store, task, seed)
         env = play_market(task, seed, make_policy("expert"))
         assert state["steps"] == from_one(env.transcript)
         assert state["outcome"]["reward"] == pytest.approx(env.outcome(0)["reward"])
+        # the per-round holdings recorded while the person played are the expert's game's, round for round
+        agents = MarketSessions().new_game(task=task, policy="expert", seed=seed).series
+        assert store.get(state["session_id"]).series == agents and len(agents["rounds"]) >= 2
 
 
 @pytest.mark.parametrize("task", list(TASKS))
@@ -173,7 +177,7 @@ def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
     assert "game over" in card and "Outcome (every lab)" in rounds and "reward" in outcome
     final = view(app.MARKETS.get(sid))
     assert final["steps"] == from_one(play_market("market_round", 5, make_policy("expert")).transcript)
-    # the per-round chart replays the game: lab 0's money at the end is its money in the final state
+    # the per-round chart, recorded as the game played: lab 0's money at the end is its money in the final state
     money = chart.data[0].y
     assert len(money) == TASKS["market_round"].rounds + 1 and chart.data[0].name == "lab0"
     start = final["labs_info"][0]["start_money"]
@@ -204,3 +208,30 @@ def test_the_market_reads_as_sentences_with_collapsible_rounds_a_judge_panel_and
     bars, shocks = F.market_bars(), F.market_shocks()
     colours = {t.name: t.marker.color for t in bars.data}
     assert all(colours[t.name] == t.marker.color for t in shocks.data if t.name in colours)
+
+
+def test_the_trained_lab_plays_lab_0_in_the_space_only_where_there_is_one(monkeypatch, tmp_path, tiny_dir):
+    """Without a market model the page does not offer one and the API says how to name one; with one
+    (here the untrained tiny model) it plays lab 0 greedily, as the evaluation's engine plays it."""
+    from space import market as M
+    from space import model as space_model
+    from training.engine.backends import SamplingConfig, TransformersBackend
+    from training.engine.models import load_model
+    from training.engine.rollout import LLMAgent
+    from training.games.market.rollout import play_market_episodes
+
+    monkeypatch.delenv(space_model.MARKET_ENV_VAR, raising=False)
+    monkeypatch.setattr(space_model, "MARKET_SHIPPED", tmp_path / "none")
+    assert M.MODEL not in M.policy_choices() and "expert" in M.policy_choices()
+    with pytest.raises(GameError, match="HAGGLE_MARKET_MODEL"):
+        MarketSessions().start(task="single_trade", policy=M.MODEL, seed=3)
+    monkeypatch.setenv(space_model.MARKET_ENV_VAR, str(tiny_dir))
+    assert M.MODEL in M.policy_choices()
+    model, tok = load_model(str(tiny_dir))
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=16)  # short replies: the untrained model rambles
+    monkeypatch.setitem(space_model._loaded, str(tiny_dir), TransformersBackend(model, tok, greedy))
+    st = app.market_play(task="single_trade", policy=M.MODEL, seed=3)
+    assert st["done"] and st["policy"] == M.MODEL and any(s["lab"] == 1 for s in st["steps"])
+    agent = LLMAgent(TransformersBackend(model, tok, greedy), "option_a")
+    engine = play_market_episodes([("single_trade", 3)], agent)[0].env
+    assert st["steps"] == from_one(engine.transcript), "the page's model lab plays as the evaluation's engine"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,120 @@ def test_a_changed_stage_starts_fresh_and_an_interrupted_one_resumes(tmp_path):
     (out / "checkpoint-20").mkdir()
     assert "resuming" in fresh_or_resume(new, " ".join(new), code="aaa")
     assert "moved" in fresh_or_resume(new, " ".join(new), code="bbb") and not any(out.glob("checkpoint-*"))
+    # a run longer than a session, with other work landing in between (--resume-across-code): the same
+    # command resumes on other code, and its mark names both codes; a changed command is still fresh
+    (out / "checkpoint-30").mkdir()
+    assert "resuming" in fresh_or_resume(new, " ".join(new), code="ccc", across_code=True)
+    assert (out / "checkpoint-30").exists() and (out / "pipeline_command.txt").read_text().endswith("code bbb ccc")
+    # resumed again on a code it ran on: listed once, and a plain resume (no flag) on either code is the same run
+    assert "resuming" in fresh_or_resume(new, " ".join(new), code="ccc", across_code=True)
+    assert (out / "pipeline_command.txt").read_text().endswith("code bbb ccc")
+    assert "same code" in fresh_or_resume(new, " ".join(new), code="bbb")
+    assert "moved" in fresh_or_resume(old, " ".join(old), code="ccc", across_code=True)
+    assert not any(out.glob("checkpoint-*"))
+
+
+def test_a_run_begun_in_another_checkout_resumes_from_this_one(tmp_path):
+    """A stage's mark holds the command with the checkout's absolute paths; the next session's checkout may sit
+    elsewhere: the same command with this checkout's paths is the same run, a changed one is not."""
+    from training.common.provenance import REPO_ROOT
+    from training.pipeline import STAGE_MARK, fresh_or_resume
+    out = REPO_ROOT / "runs" / f"test-mark-{tmp_path.name}"
+    cmd = ["training/grpo.py", "--max_steps", "48", "--output_dir", str(out), "--curve", f"{REPO_ROOT}/artifacts/c.json"]
+    try:
+        out.mkdir(parents=True)
+        (out / "checkpoint-24").mkdir()
+        elsewhere = " ".join(cmd).replace(str(REPO_ROOT), "/check/work/main")
+        (out / STAGE_MARK).write_text(f"{elsewhere}\ncode aaa")
+        assert "resuming" in fresh_or_resume(cmd, " ".join(cmd), code="aaa") and (out / "checkpoint-24").exists()
+        changed = [*cmd, "--beta", "0.1"]
+        assert "moved" in fresh_or_resume(changed, " ".join(changed), code="aaa")
+    finally:
+        import shutil
+        for d in out.parent.glob(f"{out.name}*"):
+            shutil.rmtree(d)
+
+
+def test_the_smollm2_pipeline_trains_from_an_sft_adapter_on_1500_episodes_and_evaluates_350(tmp_path):
+    """The stages of ``--model smollm2-135m --preset full``: GRPO from the given SFT adapter with the SmolLM2
+    recipe (as its own parser reads the command: the recipe's values, the preset's and the pipeline's flags
+    on top), the held-out persona out of training, at least 1,500 episodes, and an evaluation of every
+    SmolLM2 buyer beside the expert on the whole builtin test split against all seven sellers."""
+    from trl import ModelConfig, TrlParser
+
+    from env.bargain.players import SELLERS
+    from training import pipeline
+    from training.common.cli import parse
+    from training.rl.run import GRPOScriptArguments, HaggleGRPOConfig
+
+    sft = "artifacts/checkpoints/sft-smollm2"
+    plan = dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full", sft_from=sft))
+    # the SFT stage is the given one; the full preset's rows then join the shipped tables
+    assert list(plan) == ["grpo", "evaluate", "before_after", "generalisation", "join_evaluate", "join_generalisation"]
+    assert "sft" in dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full"))
+    grpo = plan["grpo"]
+    (script, cfg, model), _ = parse(TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig)), grpo[1:], "grpo")
+    assert model.model_name_or_path == sft and cfg.output_dir == str(tmp_path / "grpo")
+    assert cfg.beta > 0 and cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps >= 1500
+    assert script.precision == "auto"  # CPUs here differ 2x each way in bf16 against fp32: measured at start
+    assert pipeline.HELD_OUT_SELLER not in script.sellers and script.scenarios == pipeline.TRAIN_SCENARIOS
+    assert script.curve == str(tmp_path / "art" / "grpo_smollm2_training_curve.json")
+    ev = plan["evaluate"]
+    buyers = dict(b.split("=", 1) for b in ev[ev.index("--buyer_models") + 1].split(","))
+    assert buyers == {"smollm2_base": "smollm2-135m", "smollm2_sft": sft, "smollm2_grpo": str(tmp_path / "grpo" / "final")}
+    assert "expert" in ev[ev.index("--buyers") + 1] and "--limit" not in ev and "--cell_cache" in ev
+    assert 50 * len(SELLERS) * int(ev[ev.index("--seeds") + 1]) >= 350
+    # the tiny buyers' episodes (same seeds), so the rows can join artifacts/eval_results.json
+    tiny_eval = dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin", "full"))["evaluate"]
+    join = plan["join_evaluate"]
+    assert ev[ev.index("--seeds") + 1] == tiny_eval[tiny_eval.index("--seeds") + 1] == join[join.index("--seeds") + 1]
+    assert join[join.index("--include_rows") + 1].split(",") == [str(tmp_path / "art" / "eval_smollm2.json"),
+                                                                 str(tmp_path / "art" / "eval_results.json")]
+    assert join[join.index("--out") + 1] == str(tmp_path / "art" / "eval_results.json")
+    gen, tiny_gen = plan["generalisation"], dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin",
+                                                                 "full"))["generalisation"]
+    for flag in ("--seeds", "--limit", "--held_out_seller", "--train_source"):
+        assert (flag in gen) == (flag in tiny_gen) and (flag not in gen or
+                                                         gen[gen.index(flag) + 1] == tiny_gen[tiny_gen.index(flag) + 1])
+    assert "join_evaluate" not in dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "default", sft_from=sft))
+    bad = subprocess.run([sys.executable, "training/pipeline.py", "--sft-from", sft], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--sft-from is for --model smollm2-135m" in bad.stderr
+    no_seller = subprocess.run([sys.executable, "training/pipeline.py", "--model", "smollm2-135m", "--preset", "full",
+                                "--sft-from", sft], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert no_seller.returncode == 2 and "--seller-model" in no_seller.stderr, "study (d) would drop from the table"
+
+
+@pytest.mark.slow
+def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tmp_path):
+    """A GRPO run stopped after a checkpoint and resumed by a new process (another session, another machine):
+    the curve has every step, the earlier steps exactly as they were played, and one segment per process;
+    every checkpoint holds the curve so far, and the curve artifact is rewritten at each save."""
+    from training import grpo
+    from training.rl.run import RUN_RECORD
+    out, curve = tmp_path / "grpo", tmp_path / "curve.json"
+    argv = ["--smoke", "--model_name_or_path", str(tiny_dir), "--max_steps", "3", "--output_dir", str(out),
+            "--curve", str(curve), "--precision", "auto"]
+    grpo.main(argv)
+    first = json.loads(curve.read_text())
+    assert first["complete"] is True and [p["step"] for p in first["points"]] == [1, 2, 3]
+    assert all(p["wall_s"] > 0 for p in first["points"]) and len(first["provenance"]["segments"]) == 1
+    saved = json.loads((out / "checkpoint-2" / RUN_RECORD).read_text())
+    assert [p["step"] for p in saved["steps"]] == [1, 2]
+    shutil.rmtree(out / "checkpoint-3")  # stopped after step 2's checkpoint
+    shutil.rmtree(out / "final")
+    grpo.main(argv)
+    again = json.loads(curve.read_text())
+    assert [p["step"] for p in again["points"]] == [1, 2, 3] and again["provenance"]["config"]["resumed"] is True
+    keys = ("reward_mean", "deal_rate", "turns_mean", "wall_s")
+    assert [{k: p[k] for k in keys} for p in again["points"][:2]] == [{k: p[k] for k in keys} for p in first["points"][:2]]
+    segments = again["provenance"]["segments"]
+    assert len(segments) == 2 and (segments[0]["last_step"], segments[1]["first_step"], segments[1]["last_step"]) == (2, 3, 3)
+    assert again["provenance"]["wall_time_s"] == pytest.approx(sum(s["wall_time_s"] for s in segments), abs=0.01)
+    for seg in segments:  # --precision auto: each process measured this machine and trained in the faster
+        measured = seg["precision_measured"]
+        assert set(measured["flops"]) == {"float32", "bfloat16"} and all(v > 0 for v in measured["flops"].values())
+        assert seg["bf16"] == (measured["choice"] == "bfloat16")
 
 
 def test_a_skipped_stage_leaves_its_model_out_of_every_evaluation(tmp_path):
@@ -369,3 +484,39 @@ def test_every_expert_reply_sft_teaches_fits_the_reply_budget_of_training_and_ev
                     longest, run = max(longest, run), 0
     think = SamplingConfig.think_tokens if mode == "option_b" else 0
     assert 60 < longest <= REPLY_TOKENS + think, longest
+
+
+def test_generalisation_rows_of_an_earlier_run_join_the_studies_played_with_the_same_options(tmp_path, tiny_dir):
+    """A model studied once (its rows in one artifact) joins a fresh run's studies, each row naming its
+    artifact; a study played with other options is refused, and so is an artifact with nothing to add."""
+    from training import generalisation
+    from training.common.provenance import relative
+    common = ["--held_out_seller", "boulware", "--seeds", "1", "--limit", "1", "--max_new_tokens", "8"]
+    first, joined = tmp_path / "first.json", tmp_path / "joined.json"
+    generalisation.main(["--buyer_models", f"m={tiny_dir}", "--out", str(first), *common])
+    generalisation.main(["--include_rows", str(first), "--out", str(joined), *common])
+    a, b = (json.loads(p.read_text()) for p in (first, joined))
+    label = relative(str(first))
+    for name, study in a["studies"].items():
+        if not study["ran"]:
+            continue
+        mine = [r for r in b["studies"][name]["rows"] if r["buyer"] == "m"]
+        assert mine == [{**r, "from_artifact": label} for r in study["rows"] if r["buyer"] == "m"] and mine
+        assert {r["buyer"] for r in b["studies"][name]["rows"]} == {r["buyer"] for r in study["rows"]}
+    assert b["included_rows"][label]["command"] == a["provenance"]["command"]
+    assert [r for r in b["rows"] if r["buyer"] == "m"], "the flat row list holds the joined rows too"
+    again = tmp_path / "again.json"  # joined from the joined one: the rows still name where they were played
+    generalisation.main(["--include_rows", str(joined), "--out", str(again), *common])
+    c = json.loads(again.read_text())
+    assert {r["from_artifact"] for r in c["rows"] if r["buyer"] == "m"} == {label}
+    assert c["included_rows"][label]["command"] == a["provenance"]["command"]
+    with pytest.raises(ValueError, match="other options"):
+        generalisation.main(["--include_rows", str(first), "--out", "", *common[:-4], "--limit", "2",
+                             "--max_new_tokens", "8"])
+    with pytest.raises(ValueError, match="no model rows"):
+        generalisation.main(["--buyer_models", f"m={tiny_dir}", "--include_rows", str(first), "--out", "", *common])
+    # a study the earlier run played but this one cannot (no model seller here) is refused before any play
+    a["studies"]["d_llm_seller"] = {"ran": True, "options": {"seller_model": "m"}, "rows": []}
+    (tmp_path / "with_d.json").write_text(json.dumps(a))
+    with pytest.raises(ValueError, match="d_llm_seller, which cannot run here"):
+        generalisation.main(["--include_rows", str(tmp_path / "with_d.json"), "--out", "", *common])

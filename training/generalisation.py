@@ -17,16 +17,18 @@ seller model) is recorded with the reason, never left out silently.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import HfArgumentParser
 
 from env.bargain.players import SELLERS
 from env.bargain.sources import is_union, resolve_source, union_parts
 from training.common.cli import parse
-from training.common.provenance import provenance, write_json
+from training.common.provenance import RECORD_KEYS, provenance, relative, write_json
 from training.engine.backends import SamplingConfig
 from training.games.bargain import BargainGame
 from training.games.bargain.config import BargainEvalArgs
@@ -45,15 +47,23 @@ class GeneralisationConfig:
     seller_model_limit: int = field(default=12, metadata={
         "help": "first N test products for study (d), where the model seller writes every seller turn (0 = as "
                 "--limit; on a CPU a 135M seller takes several seconds per game)"})
+    batch_size: int = field(default=64, metadata={"help": "episodes played in lockstep per batch (model players)"})
     out: str = field(default="artifacts/eval_generalisation.json", metadata={"help": "artifact path"})
+    cell_cache: str = field(default="", metadata={
+        "help": "a JSONL file keeping every finished model cell of every study: a rerun with the same settings "
+                "and weights reads them back, so studies longer than a session resume ('' = none)"})
+    include_rows: str = field(default="", metadata={
+        "help": "comma list of earlier generalisation artifacts whose model buyers' rows join each study played "
+                "here with the same options (checked; each row names its artifact): models studied once, beside "
+                "fresh scripted rows. With it, --buyer_models may be empty"})
 
     def __post_init__(self):
         if self.held_out_seller not in SELLERS:
             raise ValueError(f"--held_out_seller must be one of {', '.join(SELLERS)}, got {self.held_out_seller!r}")
         if self.seller_model_limit < 0:
             raise ValueError(f"--seller_model_limit must be 0 or more, got {self.seller_model_limit}")
-        if not self.buyer_models:
-            raise ValueError("--buyer_models names the trained buyers to study")
+        if not self.buyer_models and not self.include_rows:
+            raise ValueError("--buyer_models names the trained buyers to study (or --include_rows earlier studies)")
 
 
 def _sources(train: str) -> list[str]:
@@ -77,7 +87,8 @@ def _other_source(trained: list[str]) -> str | None:
 def studies(cfg: GeneralisationConfig) -> dict[str, dict]:
     """Each study: what it asks, and the evaluate.py options that answer it (None: cannot run here)."""
     common = {"buyers": "expert", "buyer_models": cfg.buyer_models, "seeds": cfg.seeds, "limit": cfg.limit,
-              "transcripts": "", "out": "", "progress": False, "temperatures": "0"}
+              "transcripts": "", "out": "", "progress": False, "temperatures": "0", "cell_cache": cfg.cell_cache,
+              "batch_size": cfg.batch_size}
     trained = _sources(cfg.train_source)
     other, own = _other_source(trained), _eval_source(trained)
     return {
@@ -102,12 +113,68 @@ def studies(cfg: GeneralisationConfig) -> dict[str, dict]:
     }
 
 
+# options that do not change a study's episodes: an included study must match on every other one
+NOT_COMPARED = ("buyer_models", "progress", "cell_cache", "batch_size")  # greedy: a batch plays as its rows alone
+
+
+def read_studies(path: str, plan: dict[str, dict]) -> dict:
+    """An earlier generalisation artifact whose rows are to join this run's, checked against this run's
+    ``plan`` before anything is played: every study it ran must run here with the same options."""
+    try:
+        other = json.loads(Path(path).read_text())
+        theirs = other["studies"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--include_rows: cannot read a generalisation artifact at {path}: {exc}") from None
+    for name, study in theirs.items():
+        if not study.get("ran"):
+            continue
+        mine = (plan.get(name) or {}).get("options")
+        if mine is None:  # its rows would be dropped without a word
+            why = (plan.get(name) or {}).get("why_not") or "this run has no such study"
+            raise ValueError(f"--include_rows: {path} ran study {name}, which cannot run here ({why})")
+        their = study.get("options") or {}
+        differ = sorted(k for k in set(mine) | set(their) if k not in NOT_COMPARED and mine.get(k) != their.get(k))
+        if differ:
+            raise ValueError(f"--include_rows: {path} played study {name} with other options ({', '.join(differ)} "
+                             "differ)")
+    return other
+
+
+def include_studies(path: str, other: dict, out: dict, included: dict) -> None:
+    """Add to each study in ``out`` the model buyers' rows of the same study in ``other`` (read from
+    ``path`` by ``read_studies``; buyers not already there). ``included`` gets the earlier run's record
+    (command, commit, date) for the rows it played, and the records it kept for rows it had itself
+    included, whose labels stay as they were."""
+    label, taken, joined = relative(path), {}, set()
+    for name, study in out.items():
+        theirs = (other["studies"].get(name) or {}).get("rows", [])
+        have = {r["buyer"] for r in study["rows"]}
+        extra = [r if "from_artifact" in r else {**r, "from_artifact": label} for r in theirs
+                 if r["buyer"] not in have and not r.get("upper_bound")]
+        study["rows"].extend(extra)
+        joined |= {r["from_artifact"] for r in extra}
+        if native := sorted({r["buyer"] for r in extra if r["from_artifact"] == label}):
+            taken[name] = native
+    if not joined:
+        raise ValueError(f"--include_rows: {path} has no model rows for the studies played here")
+    if taken:
+        prov = other.get("provenance", {})
+        included[label] = {**{k: prov.get(k) for k in RECORD_KEYS},
+                           "studies": taken}
+    for earlier, record in other.get("included_rows", {}).items():
+        if earlier in joined:
+            included.setdefault(earlier, record)
+
+
 def main(argv: list[str] | None = None) -> dict:
     (cfg, sampling), _ = parse(HfArgumentParser((GeneralisationConfig, SamplingConfig)),
                                list(sys.argv[1:] if argv is None else argv))
     start = time.perf_counter()
+    plan = studies(cfg)
+    paths = [x.strip() for x in cfg.include_rows.split(",") if x.strip()]
+    earlier = {path: read_studies(path, plan) for path in paths}  # refused before hours of play, not after
     out = {}
-    for name, study in studies(cfg).items():
+    for name, study in plan.items():
         entry = {"question": study["question"]}
         if study["options"] is None:
             entry.update(ran=False, why_not=study["why_not"], rows=[])
@@ -116,12 +183,19 @@ def main(argv: list[str] | None = None) -> dict:
             art = BargainGame.evaluate(BargainEvalArgs(**study["options"]), sampling)
             entry.update(ran=True, options={k: v for k, v in study["options"].items() if k != "progress"},
                          rows=[{**r, "study": name} for r in art["rows"]])
+            if art.get("cells_resumed"):
+                entry["cells_resumed"] = art["cells_resumed"]
         out[name] = entry
+    included: dict = {}
+    for path, other in earlier.items():
+        include_studies(path, other, out, included)
     rows = [r for s in out.values() for r in s["rows"]]
     artifact = {"provenance": provenance({**vars(cfg), "sampling": "greedy (temperature 0)"},
                                          {"rule": "as training/evaluate.py: base 1,000,000 + product * seeds + k"},
                                          time.perf_counter() - start),
                 "studies": out, "rows": rows}
+    if included:
+        artifact["included_rows"] = included
     write_json(cfg.out, artifact)
     for name, s in out.items():
         mix = [r for r in s["rows"] if r["seller"] == "mix" or len({x["seller"] for x in s["rows"]}) == 1]

@@ -12,6 +12,18 @@ training stage. Writes ``artifacts/pipeline.json`` with each stage's command, wa
     python training/pipeline.py                 # the default preset: at most 60 minutes on this CPU
     nohup python training/pipeline.py --preset full > runs/pipeline.log 2>&1 &   # the shipped run (2.4 h here)
     python training/pipeline.py --smoke --workdir /tmp/haggle-smoke   # minutes: what the tests run
+
+``--model smollm2-135m`` runs the same stages for the real pretrained LLM (LoRA SFT, then GRPO from
+the SFT adapter with ``training/recipes/smollm2/grpo.yaml``, evaluations as ``smollm2_*`` rows) into
+``runs/smollm2``, whose checkpoints git can carry between machines (a run longer than a session is
+committed where it stopped and resumed by the same command, ``--resume-across-code``); the GRPO
+adapter is shipped to ``artifacts/checkpoints/grpo-smollm2``. Its evaluations keep every finished cell
+in ``runs/smollm2/{evaluate,generalisation}/cells.jsonl``, so they resume across sessions too, and with
+the full preset their rows then join ``eval_results.json`` and ``eval_generalisation.json`` beside the
+tiny buyers' (the ``join_*`` stages: same episodes, checked):
+
+    nohup python training/pipeline.py --model smollm2-135m --preset full --sft-from artifacts/checkpoints/sft-smollm2 \
+        --seller-model artifacts/checkpoints/sft-smollm2-seller --resume-across-code > runs/smollm2.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from pathlib import Path
 import yaml
 
 from training.common.cli import RECIPES, recipe_flags
-from training.common.provenance import REPO_ROOT, code_version, git_commit, machine, provenance, write_json
+from training.common.provenance import REPO_ROOT, code_version, git_commit, machine, provenance, relative, write_json
 
 SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
         "chat_template.jinja", "lineage.json"]
@@ -35,6 +47,8 @@ SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer
 
 RECIPE = RECIPES / "pipeline.yaml"  # the presets and the RL recipe
 PRESETS = tuple(p for p in yaml.safe_load(RECIPE.read_text())["presets"] if p != "smoke")
+MODELS = ("tiny", "smollm2-135m")  # the two model families the pipeline trains
+SMOLLM2_RECIPE = RECIPES / "smollm2" / "grpo.yaml"
 # What every training stage plays (SFT games, GRPO and SDPO episodes): the builtin catalog's train split
 # and generated products taking turns (env/bargain/synthetic.py: invented names, prices $3-$60,000),
 # so the buyer learns to read its prompt rather than the catalog's names and price shapes. The
@@ -110,10 +124,66 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
     return [(name, cmd) for name, cmd in plan if name not in skip]
 
 
-def _stage_flags(preset: str, stage: str) -> list[str]:
-    """The flags ``preset`` gives ``stage`` (none when the recipe names none)."""
-    presets = yaml.safe_load(RECIPE.read_text())["presets"]
-    return [flag for key, value in (presets[preset].get(stage) or {}).items()
+def smollm2_stages(work: Path, art: Path, preset: str, sft_from: str = "", seller_model: str = "",
+                   skip: frozenset[str] = frozenset()) -> list[tuple[str, list[str]]]:
+    """The stage commands for SmolLM2-135M-Instruct: LoRA SFT on expert games (left out when ``sft_from``
+    names an SFT adapter to start from), GRPO from the SFT adapter (``training/recipes/smollm2/grpo.yaml``),
+    then the evaluations of the zero-shot, SFT and GRPO buyers as ``smollm2_*`` rows. The same held-out
+    seller persona as the tiny run stays out of SFT and RL. Sizes come from ``smollm2.<preset>`` in the
+    pipeline recipe."""
+    from env.bargain.players import SELLERS  # noqa: PLC0415
+
+    size = {k: _stage_flags(preset, k, family="smollm2")
+            for k in ("sft", "grpo", "evaluate", "generalisation", "before_after")}
+    trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
+    sft = Path(sft_from) if sft_from else work / "sft" / "final"
+    models = {"smollm2_base": "smollm2-135m", "smollm2_sft": str(sft), "smollm2_grpo": str(work / "grpo" / "final")}
+    plan = [
+        *([] if sft_from else [("sft", ["training/sft.py", "--model", "smollm2-135m", *size["sft"], *trained_sellers,
+                                        "--scenarios", TRAIN_SCENARIOS, "--output_dir", str(work / "sft"),
+                                        "--curve", str(art / "sft_smollm2_training_curve.json")])]),
+        ("grpo", ["training/grpo.py", "--config", str(SMOLLM2_RECIPE.relative_to(REPO_ROOT)), *size["grpo"],
+                  *trained_sellers, "--scenarios", TRAIN_SCENARIOS, "--model_name_or_path", str(sft),
+                  "--output_dir", str(work / "grpo"), "--episode_log", str(work / "grpo" / "episodes"),
+                  "--curve", str(art / "grpo_smollm2_training_curve.json")]),
+        ("evaluate", ["training/evaluate.py", "--scenarios", "builtin", "--buyers", "expert,random_valid",
+                      "--buyer_models", ",".join(f"{k}={v}" for k, v in models.items()),
+                      "--temperatures", TEMPERATURES, "--greedy_only", "smollm2_base,smollm2_sft", *size["evaluate"],
+                      "--cell_cache", str(work / "evaluate" / "cells.jsonl"), "--out", str(art / "eval_smollm2.json"),
+                      "--transcripts", str(art / "transcripts" / "eval_smollm2.jsonl"), "--no_progress"]),
+        ("before_after", ["training/before_after.py", "--scenarios", "builtin",
+                          "--models", ",".join(f"{k}={v}" for k, v in models.items()), *size["before_after"],
+                          "--out", str(art / "before_after_smollm2.json")]),
+        ("generalisation", ["training/generalisation.py", "--train_source", TRAIN_SCENARIOS,
+                            "--buyer_models", ",".join(f"{k}={models[k]}" for k in ("smollm2_sft", "smollm2_grpo")),
+                            "--held_out_seller", HELD_OUT_SELLER,
+                            *(["--seller_model", seller_model] if seller_model else []),
+                            *size["generalisation"], "--cell_cache", str(work / "generalisation" / "cells.jsonl"),
+                            "--out", str(art / "eval_generalisation_smollm2.json")]),
+    ]
+    if preset == "full":  # the shipped run's rows join the shipped tables, beside the tiny buyers (same episodes)
+        tiny = {k: _stage_flags(preset, k) for k in ("evaluate", "generalisation")}
+        plan += [
+            ("join_evaluate", ["training/evaluate.py", "--scenarios", "builtin", "--buyers", "all", *tiny["evaluate"],
+                               "--include_rows", f"{art / 'eval_smollm2.json'},{art / 'eval_results.json'}",
+                               "--out", str(art / "eval_results.json"), "--transcripts", "", "--no_progress"]),
+            *([] if "generalisation" in skip else [
+                ("join_generalisation", ["training/generalisation.py", "--train_source", TRAIN_SCENARIOS,
+                                         "--held_out_seller", HELD_OUT_SELLER,
+                                         *(["--seller_model", seller_model] if seller_model else []),
+                                         *tiny["generalisation"], "--include_rows",
+                                         f"{art / 'eval_generalisation_smollm2.json'},{art / 'eval_generalisation.json'}",
+                                         "--out", str(art / "eval_generalisation.json")])]),
+        ]
+    return [(name, cmd) for name, cmd in plan if name not in skip]
+
+
+def _stage_flags(preset: str, stage: str, family: str = "") -> list[str]:
+    """The flags ``preset`` gives ``stage`` (none when the recipe names none); ``family`` reads the
+    recipe's section for another model family (``smollm2``)."""
+    recipe = yaml.safe_load(RECIPE.read_text())
+    presets = recipe[family] if family else recipe["presets"]
+    return [flag for key, value in ((presets.get(preset) or {}).get(stage) or {}).items()
             for flag in (f"--{key}", str(value).lower() if isinstance(value, bool) else str(value))]
 
 
@@ -133,25 +203,53 @@ def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
         "the commit and wall time of each stage are in `artifacts/pipeline.json`.\n")
 
 
+def ship_adapter(final: Path, ship: Path, done: list[dict]) -> None:
+    """Copy the GRPO LoRA adapter where the Space finds it (its weights as trained: the evaluations are of
+    ``final``, so of these very weights), with a card (the evaluation row the Space shows) and a note of how it
+    was made."""
+    ship.mkdir(parents=True, exist_ok=True)
+    for f in ("adapter_config.json", "adapter_model.safetensors", "lineage.json"):
+        if (final / f).exists():
+            shutil.copy2(final / f, ship / f)
+    write_json(ship / "card.json", {"eval_buyer": "smollm2_grpo", "eval_file": "eval_smollm2.json",
+                                    "curves": ["sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"]})
+    made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
+                     for d in done if d["stage"] in ("sft", "grpo"))
+    (ship / "PROVENANCE.md").write_text(
+        f"# grpo-smollm2\n\nA LoRA adapter over SmolLM2-135M-Instruct after SFT on expert games and GRPO against the "
+        f"scripted seller mix, copied from `{relative(str(final))}` by `python training/pipeline.py --model "
+        f"smollm2-135m`. Made by:\n\n{made}\n\nIts evaluations are the `smollm2_grpo` rows of "
+        "`artifacts/eval_smollm2.json`; each stage's commit, code and wall time are in "
+        "`artifacts/pipeline_smollm2.json`.\n")
+
+
 STAGE_MARK = "pipeline_command.txt"  # in a stage's --output_dir: the command that wrote its checkpoints
 
 
-def fresh_or_resume(cmd: list[str], command: str, code: str = "") -> str:
+def fresh_or_resume(cmd: list[str], command: str, code: str = "", across_code: bool = False) -> str:
     """Every training script resumes from the last checkpoint in its ``--output_dir``. That is right
     for an interrupted run of the same command on the same code, and wrong for a changed one (a new
     recipe, or new code under the same command line, would resume from the old run's last step and
     train no further). So a stage's folder records the command that writes it and the code it ran
     (``code``, training.common.provenance.code_version); a folder written by another command or other code
     (or by an unknown one) is moved aside, never deleted, and the stage starts fresh. Returns what
-    was done, for the log."""
+    was done, for the log. ``across_code`` resumes a folder written by the same command on other code
+    (a run longer than a session, resumed after other work landed); its mark then names each code."""
     if "--output_dir" not in cmd:
         return ""
     out = Path(cmd[cmd.index("--output_dir") + 1])
     mark = out / STAGE_MARK
     note = ""
     if out.exists() and any(out.iterdir()):
-        if mark.exists() and mark.read_text() == _mark(command, code):
+        recorded, codes = _read_mark(mark)
+        same_command = recorded is not None and relative(recorded) == relative(command)  # any checkout's path
+        if same_command and (code in codes or not (code or codes)):
             return f"resuming {out} (same command, same code)"
+        if across_code and same_command:
+            # a run that spans sessions between which other code landed: resumed, and the mark lists every
+            # code it ran on, once each
+            mark.write_text(_mark(command, " ".join([*codes, code] if code else codes)))
+            return f"resuming {out} (same command, begun on other code: --resume-across-code)"
         n = 1
         while (aside := out.with_name(f"{out.name}.superseded-{n}")).exists():
             n += 1
@@ -166,10 +264,26 @@ def _mark(command: str, code: str) -> str:
     return f"{command}\ncode {code}" if code else command
 
 
+def _read_mark(mark: Path) -> tuple[str | None, list[str]]:
+    """The command a stage folder was written by and the codes it ran on (``(None, [])`` without a mark)."""
+    if not mark.exists():
+        return None, []
+    command, _, codes = mark.read_text().partition("\ncode ")
+    return command, codes.split()
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny settings for every stage")
-    ap.add_argument("--workdir", default="runs", help="checkpoints and the tiny base model")
+    ap.add_argument("--model", default="tiny", choices=MODELS, help="the model family trained: the tiny model built "
+                    "here, or SmolLM2-135M-Instruct (LoRA; its own presets in the pipeline recipe)")
+    ap.add_argument("--sft-from", default="", help="smollm2: start GRPO from this SFT adapter instead of training "
+                    "one (e.g. artifacts/checkpoints/sft-smollm2, whose PROVENANCE.md says how it was made)")
+    ap.add_argument("--resume-across-code", action="store_true", help="resume a stage (or keep a finished one) that "
+                    "the same command began on other code, instead of starting it again: for runs longer than a "
+                    "session, with other work landing in between (the stage record lists each code it ran on)")
+    ap.add_argument("--workdir", default="", help="checkpoints and the tiny base model (default: runs, or "
+                    "runs/smollm2 with --model smollm2-135m)")
     ap.add_argument("--artifacts", default="", help="artifact folder (default: artifacts/, or WORKDIR/artifacts "
                     "with --smoke)")
     ap.add_argument("--eval-scenarios", default="builtin", help="evaluation scenario source (test split)")
@@ -191,13 +305,22 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)
-    work = Path(a.workdir).resolve()
+    smollm2 = a.model != "tiny"
+    if smollm2 and (a.smoke or a.ablation or a.extra_buyers or a.include_rows):
+        ap.error("--model smollm2-135m takes none of --smoke, --ablation, --extra-buyers, --include-rows")
+    if a.sft_from and not smollm2:
+        ap.error("--sft-from is for --model smollm2-135m")
+    work = Path(a.workdir or ("runs/smollm2" if smollm2 else "runs")).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
     skip = frozenset(x for x in a.skip.split(",") if x)
     if skip - set(SKIPPABLE):
         ap.error(f"--skip takes stages from {', '.join(SKIPPABLE)}")
-    plan = stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
-                  a.ablation, skip)
+    if smollm2 and a.preset == "full" and "generalisation" not in skip and not a.seller_model:
+        ap.error("--model smollm2-135m --preset full joins the shipped generalisation studies, study (d) included: "
+                 "give it the same --seller-model (artifacts/checkpoints/sft-smollm2-seller), or --skip generalisation")
+    plan = smollm2_stages(work, art, a.preset, a.sft_from, a.seller_model, skip) if smollm2 else \
+        stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
+               a.ablation, skip)
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
@@ -208,10 +331,11 @@ def main(argv: list[str] | None = None) -> dict:
     for name, cmd in plan:
         command, earlier = "python " + " ".join(cmd), finished.get(name, {})
         if only and name not in only:  # not run now: the record of the run it relies on, when there is one
-            if earlier.get("command") == command:
+            if relative(earlier.get("command", "")) == relative(command):
                 done.append({**earlier, "skipped_now": True})
             continue
-        if not ran and earlier.get("command") == command and earlier.get("code") == code:
+        if (not ran and relative(earlier.get("command", "")) == relative(command)
+                and (earlier.get("code") == code or a.resume_across_code)):
             # after a stage reruns, all later ones do
             print(f"[pipeline] {name}: finished by an earlier run, skipped (--restart to redo)", flush=True)
             done.append({**earlier, "skipped_now": True})
@@ -221,7 +345,7 @@ def main(argv: list[str] | None = None) -> dict:
         if earlier.get("command") == command and earlier.get("code") != code:
             print(f"[pipeline] {name}: an earlier run finished this command on other code: running it again",
                   flush=True)
-        if note := fresh_or_resume(cmd, command, code):
+        if note := fresh_or_resume(cmd, command, code, a.resume_across_code):
             print(f"[pipeline] {name}: {note}", flush=True)
         subprocess.run([sys.executable, *cmd], cwd=REPO_ROOT, check=True)
         # the code the stage ran is the commit it started at; its artifacts record HEAD when they were written
@@ -230,16 +354,19 @@ def main(argv: list[str] | None = None) -> dict:
         finished[name] = done[-1]
         write_json(state_path, finished)
     final = work / "grpo" / "final"
-    if final.exists() and not a.smoke:
+    if final.exists() and smollm2:
+        ship_adapter(final, art / "checkpoints" / "grpo-smollm2", done)
+    elif final.exists() and not a.smoke:
         ship_checkpoint(final, art / "checkpoints" / "grpo-tiny", done)
-    result = {"provenance": provenance({"smoke": a.smoke, "preset": a.preset, "workdir": str(work),
+    result = {"provenance": provenance({"model": a.model, "sft_from": a.sft_from, "smoke": a.smoke, "preset": a.preset,
+                                        "workdir": str(work), "resume_across_code": a.resume_across_code,
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
                                         "extra_buyers": a.extra_buyers, "include_rows": a.include_rows,
                                         "ablation": a.ablation, "skip": sorted(skip)},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
-    write_json(art / "pipeline.json", result)
+    write_json(art / ("pipeline_smollm2.json" if smollm2 else "pipeline.json"), result)
     return result
 
 

@@ -61,7 +61,10 @@ class MarketMatch:
             if env.done or self.players[env.to_move] is None:
                 return
             lab = env.to_move
-            result = env.step(self.players[lab].act(env.observe(lab) if view is None else view))
+            player = self.players[lab]
+            result = env.step(player.act(env.observe(lab) if view is None else view))
+            if (after := getattr(player, "after", None)) is not None:  # a player told its action's result
+                after(result)
             view = result.observation  # the next mover's view, taken once
             yield result
         raise RuntimeError(f"episode {self.task}/{self.seed} did not end in {MAX_STEPS} steps")

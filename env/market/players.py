@@ -137,6 +137,10 @@ class MarketPlayer:
     def act(self, obs: MarketView) -> dict:
         raise NotImplementedError
 
+    def after(self, step) -> None:
+        """The result of this player's own action (``MarketStep``), as ``MarketMatch`` plays it: a
+        player that reads it (a model lab, told whether its action was refused) keeps it."""
+
 
 # ---------------------------------------------------------------------- counterparts
 # margin: the share of the hours' spot value a lab wants as its own gain from a trade
@@ -251,11 +255,36 @@ class Expert(MarketPlayer):
         v = View(obs)
         for offer in v.incoming():
             return self.answer(v, offer)
+        if v.round == 0 and (early := self.spot(v)):
+            return early
         for c in obs["coalitions"]:
             action = v.coalition_move(c, 0.0)
             if action:
                 return action
         return v.allocation() or self.acquire(v) or self.sell(v) or WAIT
+
+    @staticmethod
+    def spot(v: View) -> dict | None:
+        """What a job lacks, from the provider's spot market, where it is worth its price. In round 0 this comes
+        before labs and lots: spot stock is contested (the other labs' initiatives buy it, a demand surge halves
+        it and makes it 1.6x dearer), and measured on training seeds buying it first beat leaving it as the
+        fallback (market_round +0.006, coalition_market +0.021 reward per game)."""
+        for job, lack in v.lacking():
+            if job.value / job.need > v.energy and (action := Expert.spot_for(v, lack)):
+                return action
+        return None
+
+    @staticmethod
+    def spot_for(v: View, lack: float) -> dict | None:
+        """Buy ``lack`` GPU-hours (or what the provider has left) at the spot price, if that leaves this lab
+        better off."""
+        stock = v.obs["market"]["spot_hours"]
+        if stock <= EPS:
+            return None
+        hours = round(min(lack, stock), 2)
+        if hours * v.spot <= v.money and v.gain({"start": v.round, "energy": 1.0}, hours, -hours * v.spot) > 0:
+            return {"action": "buy_spot", "hours": hours}
+        return None
 
     def answer(self, v: View, offer: dict) -> dict:
         i_buy = offer["side"] == "sell"
@@ -302,10 +331,8 @@ class Expert(MarketPlayer):
                                                                          "hours": hours, "price": price},
                             "text": f"Job {job.id} lacks {lack:g} GPU-hours and must finish by round "
                                     f"{job.deadline}; we offer ${price:g} for {hours:g} GPU-hours of {b['id']}."}
-            if market["spot_hours"] > EPS and v.round >= 1:  # labs first; the spot market is the fallback
-                hours = round(min(lack, market["spot_hours"]), 2)
-                if hours * v.spot <= v.money and v.gain({"start": v.round, "energy": 1.0}, hours, -hours * v.spot) > 0:
-                    return {"action": "buy_spot", "hours": hours}
+            if v.round >= 1 and (action := self.spot_for(v, lack)):  # after round 0, labs first and spot the fallback
+                return action
         return None
 
     def propose(self, v: View, lot: dict, lack: float) -> dict | None:

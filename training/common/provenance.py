@@ -23,15 +23,20 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# what an artifact's record of the run that made it says, where another artifact keeps it (included rows)
+RECORD_KEYS = ("command", "commit", "date", "machine", "wall_time_s")
+
+
 def git_commit() -> str:
     """HEAD's hash, with ``-dirty`` when tracked code differs from it; ``unknown`` outside git.
-    ``artifacts/`` (and the browser tests' screenshots) are not code: the pipeline's own earlier stages
-    write there, which must not make a later stage look as if it ran uncommitted code."""
+    ``artifacts/``, ``runs/`` (a long run's committed checkpoints and the pipeline's resume marks) and the
+    browser tests' screenshots are not code: the pipeline's own earlier stages write there, which must not
+    make a later stage look as if it ran uncommitted code."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!artifacts",
-                                ":!assets/screenshots"],
+                                ":!runs", ":!assets/screenshots"],
                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -159,3 +164,34 @@ def write_json(path: str | os.PathLike, data: Any) -> Path:
 def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> Path:
     """Write JSON lines atomically."""
     return _atomic_write(path, lambda f: f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+# ------------------------------------------------------------------ paths as a reader types them
+REPO_DIRS = ("artifacts", "runs", "training", "env", "assets", "benchmarks", "tests", "space", "configs", "serving")
+_ABSOLUTE = re.compile(r"(?<![\w.:/~-])/(?:[\w.@+=-]+/)*[\w.@+=-]*")
+
+
+def _relative_path(match: re.Match) -> str:
+    path = match.group(0)
+    if path.startswith(f"{REPO_ROOT}/"):  # this checkout: exactly
+        return path[len(str(REPO_ROOT)) + 1:]
+    parts = path.strip("/").split("/")  # another checkout: from its first top-level folder of the repository
+    for k, part in enumerate(parts):
+        if part in REPO_DIRS:
+            return "/".join(parts[k:])
+    name = parts[-1] if parts and parts[-1] else "/"
+    return "python" if re.fullmatch(r"python[\d.]*", name) else name
+
+
+def relative(value):
+    """``value`` (a string, or a list or dict of them) as a visitor reads it: every absolute path inside the
+    repository relative to it (``/any/checkout/runs/sft/final`` -> ``runs/sft/final``), the interpreter as
+    ``python``, any other absolute path by its last part. The files keep the full record; this is for display, and for
+    comparing commands run from different checkouts."""
+    if isinstance(value, str):
+        return _ABSOLUTE.sub(_relative_path, value)
+    if isinstance(value, list):
+        return [relative(v) for v in value]
+    if isinstance(value, dict):
+        return {k: relative(v) for k, v in value.items()}
+    return value

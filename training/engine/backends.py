@@ -202,9 +202,9 @@ class TransformersBackend:
 
 def _phase_dtype(model, choice: str, phase: str):
     """The precision of one generation phase of continuous batching: ``float32``, ``bfloat16`` (through
-    autocast) or ``auto``, the weights' own. On a CPU with AMX tiles bf16 prefill can be twice the fp32
-    rate; on the 2-core CPU without AMX measured here (``benchmarks/rl_speed.py``), bf16 was slower in
-    every phase (matmul peak 172 vs 329 GFLOP/s), so nothing is switched without a measurement."""
+    autocast) or ``auto``, the weights' own. CPUs differ: on one 2-core host here bf16 prefill ran at half the fp32
+    rate, on another at 1.9 times it, while fp32 decoding was faster on both (``benchmarks/rl_speed.py``), so
+    nothing is switched without a measurement."""
     import torch  # noqa: PLC0415
 
     if choice not in ("auto", "float32", "bfloat16"):

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,12 +22,15 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import gather_object
 from datasets import Dataset
+from transformers import TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, ModelConfig, TrlParser
 
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
-from training.common.provenance import command_line, provenance, read_lineage, write_json, write_lineage
+from training.common.provenance import (command_line, git_commit, machine, provenance, read_lineage, write_json,
+                                        write_lineage)
 from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend, TRLVLLMBackend
 from training.engine.models import ModelNotFound, load_model, save_adapter_base
 from training.engine.rollout import LLMAgent
@@ -43,6 +48,10 @@ class GRPOScriptArguments(GameArguments):
     max_new_tokens: int = field(default=REPLY_TOKENS, metadata={"help": "tokens per buyer reply (the evaluation's "
                                                                           "budget: replies as SFT taught them fit)"})
     think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
+    precision: str = field(default="", metadata={
+        "help": "auto: time fp32 and bf16 matmuls of the model's shapes on this machine at start and train in the "
+                "faster (bf16 through autocast; the rates and the choice go in the curve); float32 or bfloat16 to "
+                "fix it; empty: as --bf16 says"})
     curve: str = field(default="artifacts/grpo_training_curve.json", metadata={"help": "training-curve artifact "
                                                                                        "('' for none)"})
     episode_log: str = field(default="", metadata={
@@ -56,6 +65,8 @@ class GRPOScriptArguments(GameArguments):
     def __post_init__(self):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
+        if self.precision not in ("", "auto", "float32", "bfloat16"):
+            raise ValueError(f"--precision must be auto, float32 or bfloat16, got {self.precision!r}")
         super().__post_init__()
 
 
@@ -110,7 +121,8 @@ class EpisodeRollouts:
         was_training = agent.backend.model.training
         agent.backend.model.eval()
         try:
-            records = self.game.play(agent, [self.episodes[int(p)] for p in prompts], self.opponent)
+            with _without_autocast(agent.backend.model):
+                records = self.game.play(agent, [self.episodes[int(p)] for p in prompts], self.opponent)
         finally:
             agent.backend.model.train(was_training)
         self.last_records = records
@@ -135,6 +147,24 @@ class EpisodeRollouts:
             "env_mask": [r.env_mask[:limit] for r in records],
             "episode_reward": [r.reward for r in records],
         }
+
+
+@contextmanager
+def _without_autocast(model):
+    """The engine generates in the weights' precision (it chooses its own per phase), not in the trainer's bf16
+    autocast (``--precision``): accelerate wraps a prepared model's ``forward`` in autocast, and a bf16 forward
+    would write into caches in the weights' dtype. The forward as it was is put back while the engine plays."""
+    original = model.__dict__.get("_original_forward")
+    if original is None:
+        yield
+        return
+    wrapped = model.forward
+    model.forward = original
+    try:
+        with torch.autocast(device_type=model.device.type, enabled=False):
+            yield
+    finally:
+        model.forward = wrapped
 
 
 def episode_reward(completions, episode_reward, **_) -> list[float]:
@@ -168,6 +198,7 @@ class RLRun:
     dataset: Dataset | None = None
     rollouts: EpisodeRollouts | None = None
     hub: dict | None = None
+    precision: dict | None = None  # --precision auto: the rates measured and the choice
 
     @property
     def method(self) -> str:
@@ -201,6 +232,7 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
         raise SystemExit(f"error: {exc}; RL starts from a trained policy: run python training/sft.py first (it "
                          f"writes {DEFAULT_START}), or pass --model_name_or_path, e.g. "
                          "artifacts/checkpoints/sft-smollm2") from None
+    _set_precision(run)
     opponent = None
     if script.seller_model:
         sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
@@ -213,6 +245,25 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
     run.dataset = Dataset.from_dict({"prompt": [str(i) for i in range(rows)]})
     run.rollouts = EpisodeRollouts(script, cfg, run.game, run.game.rows(rows), opponent)
     return run
+
+
+def _set_precision(run: RLRun) -> None:
+    """``--precision``: bf16 autocast or fp32 for training, measured on this machine when ``auto``."""
+    choice = run.script.precision
+    if choice == "auto":
+        from training.engine.precision import faster_training_precision  # noqa: PLC0415
+
+        import torch  # noqa: PLC0415
+
+        gpu = torch.cuda.is_available() and not run.cfg.use_cpu
+        run.precision = faster_training_precision(run.model.config.hidden_size, gpu=gpu)
+        choice = run.precision["choice"]
+        measured = ", ".join(f"{k} {v / 1e9:.0f}" for k, v in run.precision["flops"].items())
+        print(f"--precision auto: {choice} (" + (f"matmul GFLOP/s: {measured}" if measured else "on the GPU")
+              + ")", file=sys.stderr)
+    if choice:
+        run.cfg.bf16 = choice == "bfloat16"
+        run.cfg.mixed_precision = "bf16" if run.cfg.bf16 else "no"
 
 
 def _preflight(run: RLRun) -> dict:
@@ -231,14 +282,58 @@ def _preflight(run: RLRun) -> dict:
     return hub
 
 
+RUN_RECORD = "rollout_steps.json"  # in each checkpoint: the curve's steps so far and the run's segments
+
+
+class RunRecord(TrainerCallback):
+    """Keeps a run's curve whole across resumes, which may be on other machines and days: every checkpoint
+    holds the rollout stats of each step so far (each with its wall time) and the run's segments (one per
+    process that trained it: machine, commit, first and last step, wall time); a resumed run reads them back
+    from the checkpoint it resumes. At every save the curve artifact is rewritten too (``complete: false``
+    until the run ends), so an unfinished run shows how far it got."""
+
+    def __init__(self, trainer, run: RLRun, resumed_from: Path | None):
+        self.trainer, self.run, self.clock = trainer, run, time.perf_counter()
+        self.segments: list[dict] = []
+        if resumed_from is not None and (resumed_from / RUN_RECORD).is_file():
+            saved = json.loads((resumed_from / RUN_RECORD).read_text())
+            run.rollouts.steps[:0] = saved["steps"]
+            self.segments = saved["segments"]
+        elif resumed_from is not None:
+            print(f"warning: {resumed_from} has no {RUN_RECORD} (saved by older code): the curve starts at the "
+                  "resumed step, and the steps before it are missing from it", file=sys.stderr)
+        self.segments.append({"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                              "commit": git_commit(), "machine": machine(), "first_step": None, "last_step": None,
+                              "wall_time_s": 0.0, "bf16": bool(run.cfg.bf16), "precision_measured": run.precision})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now, seg = time.perf_counter(), self.segments[-1]
+        if self.run.rollouts.steps:
+            self.run.rollouts.steps[-1].setdefault("wall_s", now - self.clock)
+        seg["first_step"] = seg["first_step"] or state.global_step
+        seg["last_step"], seg["wall_time_s"] = state.global_step, now - self.run.start
+        self.clock = now
+
+    def on_save(self, args, state, control, **kwargs):
+        if not self.trainer.accelerator.is_main_process:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            write_json(folder / RUN_RECORD, {"steps": self.run.rollouts.steps, "segments": self.segments})
+        if self.run.script.curve:
+            _write_curve(self.trainer, self.run, folder, complete=False, segments=self.segments)
+
+
 def train_and_finish(trainer, run: RLRun) -> Path:
-    """Train (resuming from the last checkpoint in ``--output_dir``), then ``finish``."""
-    resumed = any(Path(run.cfg.output_dir).glob("checkpoint-*"))
-    trainer.train(resume_from_checkpoint=True if resumed else None)
-    return finish(trainer, run, resumed)
+    """Train (resuming from the last checkpoint in ``--output_dir``, with the curve so far), then ``finish``."""
+    last = get_last_checkpoint(run.cfg.output_dir) if Path(run.cfg.output_dir).is_dir() else None
+    record = RunRecord(trainer, run, Path(last) if last else None)
+    trainer.add_callback(record)
+    trainer.train(resume_from_checkpoint=last)
+    return finish(trainer, run, last is not None, record)
 
 
-def finish(trainer, run: RLRun, resumed: bool) -> Path:
+def finish(trainer, run: RLRun, resumed: bool, record: RunRecord | None = None) -> Path:
     """Save the final policy (LoRA merged), its lineage and the training curve; publish when asked."""
     script, cfg = run.script, run.cfg
     final = Path(cfg.output_dir) / "final"
@@ -256,22 +351,31 @@ def finish(trainer, run: RLRun, resumed: bool) -> Path:
             json.loads((final / "adapter_config.json").read_text())["base_model_name_or_path"]
         save_adapter_base(final, base)
     if script.curve:
-        _write_curve(trainer, run, final, resumed)
+        _write_curve(trainer, run, final, complete=True, segments=record.segments if record else None,
+                     resumed=resumed)
     if run.hub:
         final = _publish(trainer, run, final, lora)
     return final
 
 
-def _write_curve(trainer, run: RLRun, final: Path, resumed: bool) -> None:
+def _write_curve(trainer, run: RLRun, final: Path, complete: bool, segments: list[dict] | None = None,
+                 resumed: bool = False) -> None:
+    """The curve artifact; ``segments`` (RunRecord) when the run was trained in several processes, whose wall
+    times it sums."""
     script, cfg = run.script, run.cfg
     config = {"script": {k: v for k, v in asdict(script).items() if k not in ("seller_names", "task_names")},
               "push_to_hub": bool(run.hub), "grpo": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
               "model": run.start_model, "peft": run.model_args.use_peft, "train_products": len(run.game.train),
-              "checkpoint": str(final), "resumed": resumed, "world_size": trainer.accelerator.num_processes}
+              "checkpoint": str(final), "resumed": resumed or len(segments or []) > 1,
+              "world_size": trainer.accelerator.num_processes}
     seeds = {"rows": run.game.seed_rule("rows"), "training_seed": cfg.seed}
-    write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - run.start,
-                                                       command_line(run.script_path, [run.script_path, *run.argv])),
-                              "points": curve_points(run.rollouts.steps, trainer.state.log_history)})
+    wall = sum(s["wall_time_s"] for s in segments) if segments else time.perf_counter() - run.start
+    out = {"provenance": provenance(config, seeds, wall, command_line(run.script_path, [run.script_path, *run.argv])),
+           "complete": complete, "max_steps": cfg.max_steps,
+           "points": curve_points(run.rollouts.steps, trainer.state.log_history)}
+    if segments:
+        out["provenance"]["segments"] = segments
+    write_json(script.curve, out)
 
 
 def _publish(trainer, run: RLRun, final: Path, lora: bool) -> Path:

@@ -24,7 +24,7 @@ from env.bargain.sources import (
     resolve_source,
     union_parts,
 )
-from training.common.provenance import provenance, write_json, write_jsonl
+from training.common.provenance import RECORD_KEYS, provenance, relative, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.bargain.config import BargainEvalArgs
 from training.games.base import build_agent
@@ -157,6 +157,7 @@ class BargainGame:
         temps_of = {b: temps[:1] if b in config.greedy_names else temps for b in names}
         total = sum(len(temps_of[b]) if b in buyer_agents or seller_agent else 1 for b in names) * \
             len(config.seller_names) * len(scenarios)
+        cache = _cell_cache(config, sampling, dataset, scenarios)
         groups: dict[tuple[str, float | None], dict] = {}  # (buyer, temperature) -> its cells, for the mix rows
         with tqdm(total=total, desc="evaluate", unit="product", disable=not config.progress, file=sys.stderr) as bar:
             for b in names:
@@ -167,8 +168,15 @@ class BargainGame:
                         agent.sampling = agent.backend.sampling = replace(sampling, temperature=t)
                     for s in config.seller_names:
                         if model:
-                            metrics, kept = _model_cell(scenarios, buyer_agents.get(b, b), seller_agent or s, config,
-                                                        on_product=lambda: bar.update(1))
+                            cell = _cell(config, b, s, t, modes[b])
+                            if cache is not None and (hit := _cached_cell(cache, cell)) is not None:
+                                metrics, kept = hit
+                                bar.update(len(scenarios))
+                            else:
+                                metrics, kept = _model_cell(scenarios, buyer_agents.get(b, b), seller_agent or s,
+                                                            config, on_product=lambda: bar.update(1))
+                                if cache is not None:
+                                    cache.put(cell, {"metrics": [m.to_dict() for m in metrics], "transcripts": kept})
                         else:
                             metrics, kept = play_cell(
                                 scenarios, (lambda: OracleBuyer(config.reasoning_mode)) if b == ORACLE
@@ -200,15 +208,28 @@ class BargainGame:
                  "rule": "seed = base + product_index * per_product + k"}
         included = {}
         for path in (x.strip() for x in config.include_rows.split(",") if x.strip()):
-            extra, source = _included_rows(path, cfg, config, dataset, len(scenarios), {r["buyer"] for r in rows})
+            extra, extra_others, source, carried = _included_rows(path, cfg, config, dataset, len(scenarios),
+                                                                  {r["buyer"] for r in rows})
             rows.extend(extra)
-            included[path] = source
+            others.extend(extra_others)
+            if source is not None:
+                included[relative(path)] = source
+            for earlier, record in carried.items():
+                included.setdefault(earlier, record)
         artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
         if included:
             artifact["included_rows"] = included
+        if cache is not None and cache.resumed:  # played by an earlier, interrupted run of this evaluation
+            artifact["cells_resumed"] = cache.resumed
         if buyer_agents or seller_agent:
             artifact["sampling"] = {"headline": sampling_label(temps[0]), "others": [sampling_label(t) for t in temps[1:]],
                                     "why": SAMPLING_WHY["greedy" if temps[0] == 0 else "sampled"]}
+        elif samplings := [x["sampling"] for x in included.values() if x["sampling"]]:
+            # the model rows here are all included ones: their headline sampling, which must be one
+            if len({x["headline"] for x in samplings}) > 1:  # rows at different samplings do not compare
+                raise ValueError("--include_rows: the artifacts' model rows were played at different headline "
+                                 "samplings: " + ", ".join(sorted({x["headline"] for x in samplings})))
+            artifact["sampling"] = {**samplings[0], "others": sorted({o for x in samplings for o in x["others"]})}
         if others:
             artifact["rows_other_sampling"] = others
         if (checks := target_checks(rows)) is not None:
@@ -255,9 +276,12 @@ def training_products(source: str, budget_factor: float) -> list:
     return [part[k % len(part)] for k in range(longest) for part in parts]
 
 
-def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, taken: set) -> tuple[list, dict]:
+def _included_rows(path: str, cfg: dict, config, dataset: str, products: int,
+                   taken: set) -> tuple[list, list, dict, dict]:
     """The model buyers' rows of an earlier artifact played on the same episodes as this run, or on
-    its first products' episodes (the seed rule makes those identical; such rows say so)."""
+    its first products' episodes (the seed rule makes those identical; such rows say so): its headline
+    rows, its rows at other samplings, its record (command, commit, date...), and the records of the
+    artifacts it had itself included rows from, for the rows that come along."""
     try:
         other = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
@@ -269,6 +293,7 @@ def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, ta
         differ.append("dataset/products")  # the same products, or the first ones of them
     rows = [r for r in other.get("rows", []) if r["buyer"] not in taken and not r.get("upper_bound")]
     buyers = {r["buyer"] for r in rows}
+    others = [r for r in other.get("rows_other_sampling", []) if r["buyer"] in buyers]  # e.g. their T=0.7 rows
     sellers = {r["seller"] for r in rows if r["seller"] != "mix"}
     if sellers != set(config.seller_names):
         differ.append("sellers")
@@ -276,13 +301,62 @@ def _included_rows(path: str, cfg: dict, config, dataset: str, products: int, ta
         raise ValueError(f"--include_rows: {path} was not played on the same episodes ({', '.join(differ)} differ)")
     if not buyers:
         raise ValueError(f"--include_rows: {path} has no rows for buyers not already in this evaluation")
-    keep = {k: prov.get(k) for k in ("command", "commit", "date", "machine", "wall_time_s")}
-    label = {"from_artifact": path}
+    keep = {k: prov.get(k) for k in RECORD_KEYS}
+    label = {"from_artifact": relative(path)}
     if theirs["products"] < products:  # same seed rule, so these are exactly the first products' episodes
         label["episodes_subset"] = (f"the first {theirs['products']} of these {products} test products, "
                                     f"{theirs['seeds']} seeds each")
-    return [{**r, **label} for r in rows], {**keep, "buyers": sorted(buyers), "products": theirs["products"],
-                                            "sampling": other.get("sampling")}
+    # a row the earlier artifact had itself included keeps its own label, and its source's record comes along;
+    # the earlier artifact's record is kept for the rows it played itself (none, when it only gathered rows)
+    native = {r["buyer"] for r in rows if "from_artifact" not in r}
+    rows, others = ([r if "from_artifact" in r else {**r, **label} for r in part] for part in (rows, others))
+    carried = {p: src for p, src in other.get("included_rows", {}).items()
+               if any(r.get("from_artifact") == p for r in rows)}
+    source = {**keep, "buyers": sorted(native), "products": theirs["products"],
+              "sampling": other.get("sampling")} if native else None
+    return rows, others, source, carried
+
+
+# what a model cell's episodes do not depend on (the other players, the outputs): left out of its key
+NOT_IN_CELL_KEY = ("out", "transcripts", "progress", "buyers", "buyer_models", "buyer_model", "buyer_name",
+                   "buyer_modes", "sellers", "seller_name", "temperatures", "greedy_only", "include_rows", "oracle",
+                   "cell_cache", "limit", "scenarios")
+
+
+def _cell_cache(config, sampling: SamplingConfig, dataset: str, scenarios: list):
+    """The evaluation's ``CellCache`` (None without ``--cell_cache``), keyed by the settings every model
+    cell shares: the products themselves (not the option that named them), seeds, turns, sampling."""
+    if not config.cell_cache:
+        return None
+    import torch  # noqa: PLC0415
+
+    from training.common.cells import CellCache  # noqa: PLC0415
+
+    settings = {k: v for k, v in asdict(config).items() if k not in NOT_IN_CELL_KEY}
+    settings.update(dataset=dataset, products=[asdict(sc) for sc in scenarios],
+                    sampling={k: v for k, v in asdict(sampling).items() if k != "temperature"},
+                    device=config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return CellCache(config.cell_cache, settings)
+
+
+def _cached_cell(cache, cell: dict) -> tuple[list[EpisodeMetrics], list[dict]] | None:
+    """A finished cell's episodes and kept transcripts (None: never finished, or stored in another shape)."""
+    data = cache.get(cell)
+    try:
+        return None if data is None else ([EpisodeMetrics(**m) for m in data["metrics"]], data["transcripts"])
+    except (TypeError, KeyError):  # written when the metrics had other fields: played again
+        return None
+
+
+def _cell(config, buyer: str, seller: str, temperature: float | None, mode: str) -> dict:
+    """A model cell's identity: each player by name, and a model player also by path and weights."""
+    from training.common.cells import model_fingerprint  # noqa: PLC0415
+
+    cell = {"buyer": buyer, "seller": seller, "temperature": temperature, "reasoning_mode": mode}
+    for side, path in (("buyer", config.model_buyers.get(buyer)), ("seller", config.seller_model or None)):
+        if path:  # by its files, not where they are: a checkout elsewhere reads the same cells
+            cell[f"{side}_model"] = model_fingerprint(path)
+    return cell
 
 
 def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[EpisodeMetrics], list[dict]]:
@@ -291,6 +365,9 @@ def _model_cell(scenarios, buyer, seller, config, on_product) -> tuple[list[Epis
 
     episodes = [(sc, episode_seed(i, k, config.seeds, config.seed_base))
                 for i, sc in enumerate(scenarios) for k in range(config.seeds)]
+    for player in (buyer, seller):  # a sampled cell draws the same whatever cells ran before it (or were resumed)
+        if hasattr(getattr(player, "backend", None), "calls"):
+            player.backend.calls = 0
     metrics, kept = [], []
     for start in range(0, len(episodes), config.batch_size):
         batch = episodes[start: start + config.batch_size]

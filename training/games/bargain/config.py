@@ -53,6 +53,10 @@ class BargainEvalArgs(EvalArgs):
     oracle: bool = field(default=True, metadata={"help": "add the oracle's rows: a buyer told each scripted seller's "
                                                          "private floor, the ceiling of each game (an upper bound, "
                                                          "not a baseline; rows carry upper_bound: true)"})
+    cell_cache: str = field(default="", metadata={
+        "help": "a JSONL file keeping every finished model cell (one buyer at one temperature against one seller): "
+                "a rerun with the same settings and the same weights reads finished cells back instead of playing "
+                "them, so an evaluation longer than a session resumes ('' = none)"})
     seller_model: str = field(default="", metadata={"help": "model seller (replaces --sellers)"})
     seller_name: str = field(default="", metadata={"help": "row label of the model seller"})
 

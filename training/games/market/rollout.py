@@ -25,7 +25,8 @@ from env.market.evaluation import transcript
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
-from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, play_turns, token_fields
+from training.engine.rollout import (Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, play_turns,
+                                     token_fields)
 
 
 @dataclass
@@ -72,12 +73,7 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
             return None
         seat, env = seats[i], match.env
         obs = env.observe(0)
-        system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
-        user = market_user_message(obs, last.get(i))
-        assert_market_no_leak((system or "") + user, env)
-        # the market's text holds no intended control token; a lab's echoed words or ids could
-        guard = seat.agent.guard
-        seat.push([guard(user)], None if system is None else guard(system))
+        push_lab_turn(seat, obs, last.get(i), env)
         if seat.teacher is not None:  # in option_b an empty think block first, as Qwen3 writes when not thinking
             think = "<think>\n\n</think>\n\n" if seat.agent.reasoning_mode == "option_b" else ""
             return seat.write(think + json.dumps(seat.teacher.act(obs)))
@@ -88,6 +84,41 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
 
     play_turns({seat.agent for seat in seats if isinstance(seat, Conversation)}, n, turn, answer, on_done)
     return [_record(m.env, seat, ep, name) for m, seat, ep in zip(matches, seats, episodes)]
+
+
+def push_lab_turn(seat: Conversation, obs: dict, last: MarketStep | None, env: MarketEnv | None = None) -> None:
+    """Lab 0's next user turn into its conversation (the system prompt first, on its first move): its
+    view, and the result of its previous action. With ``env``, the text is checked to hold nothing of
+    another lab's private state."""
+    system = None if seat.messages else market_system_prompt(obs, seat.agent.reasoning_mode)
+    user = market_user_message(obs, last)
+    if env is not None:
+        assert_market_no_leak((system or "") + user, env)
+    # the market's text holds no intended control token; a lab's echoed words or ids could
+    guard = seat.agent.guard
+    seat.push([guard(user)], None if system is None else guard(system))
+
+
+class LLMLab(MarketPlayer):
+    """A model as a seated market lab (one episode at a time, e.g. in the Space): each move is one
+    reply generated from the lab's own view, as in ``play_market_episodes``, handed to the
+    environment as written. ``MarketMatch`` tells it the result of each of its actions (``after``)."""
+
+    def __init__(self, agent: LLMAgent):
+        self.agent, self.name = agent, agent.name
+        self.conv: Conversation | None = None
+        self.last: MarketStep | None = None
+
+    def reset(self, obs, rng) -> None:
+        super().reset(obs, rng)
+        self.conv, self.last = Conversation(self.agent, LAB, None), None
+
+    def after(self, step: MarketStep) -> None:
+        self.last = step
+
+    def act(self, obs) -> str:
+        push_lab_turn(self.conv, obs, self.last)
+        return generate_replies(self.agent, [self.conv])[0]
 
 
 def _record(env: MarketEnv, seat, episode: tuple[str, int], name: str) -> MarketRecord:

@@ -1,0 +1,134 @@
+"""The Space's first screen and its readable figures: the sentence and chart come from the artifacts, commands
+are shown relative to the repository, the before/after game is chosen by its stated rule, curves are smoothed
+beside their raw points."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from space import figures as F
+from space import story
+from space.card import card_facts
+from space.model import model_path
+
+ABSOLUTE = re.compile(r"(?:^|[\s\"'`(=\[])/(?:home|root|work|tmp|usr|opt|var|mnt|srv|private|Users)/")
+
+
+def test_the_first_sentence_names_the_seat_model_and_its_numbers_from_the_artifacts():
+    facts = card_facts(model_path())
+    text = story.sentence(model_path())
+    rows = {r["buyer"]: r for r in F.eval_rows(facts["eval_file"], "mix")}
+    row = rows[facts["eval_buyer"]]
+    oracle = next(r for r in rows.values() if r.get("upper_bound"))
+    for value in (row["reward_mean"], rows["expert"]["reward_mean"], oracle["reward_mean"]):
+        assert f"{value:+.3f}" in text
+    assert facts["name"] in text and "Did it learn?" in text and not ABSOLUTE.search(text)
+    machine = facts["training"][-1]["machine"]
+    assert re.search(r"(\d+) CPUs", machine).group(1) + "-core CPU" in text or "GPU" in text
+
+
+def test_the_chart_highlights_the_seat_model_with_cis_and_the_expert_and_ceiling_lines():
+    facts = card_facts(model_path())
+    for which in ("builtin", "amazon"):
+        fig = story.chart(model_path(), which)
+        bar = fig.data[0]
+        names = list(bar.y)
+        assert facts["eval_buyer"] in names and "expert" not in names  # the expert is a line, not a bar
+        red = [n for n, c in zip(names, bar.marker.color) if c == story.HIGHLIGHT]
+        assert red == [facts["eval_buyer"]]
+        assert all(lo >= 0 and hi >= 0 for lo, hi in zip(bar.error_x.arrayminus, bar.error_x.array))
+        texts = [a.text for a in fig.layout.annotations]
+        assert any(t.startswith("expert") for t in texts) and any(t.startswith("ceiling") for t in texts), texts
+        assert list(bar.x) == sorted(bar.x)
+
+
+@given(st.lists(st.sampled_from(["a", "b_c", "x.y", "9", "run-1", "my dir"]), max_size=4),
+       st.sampled_from(F.REPO_DIRS), st.lists(st.sampled_from(["sft", "final", "e.json", "c-1"]), max_size=3))
+def test_absolute_paths_in_the_repository_are_shown_relative_to_it(prefix, top, rest):
+    checkout = "/" + "/".join(p.replace(" ", "_") for p in prefix) if prefix else ""
+    tail = "/".join([top, *rest])
+    text = f"python training/grpo.py --output_dir {checkout}/{tail} --model_name_or_path={checkout}/{tail}"
+    shown = F.relative(text)
+    assert shown == f"python training/grpo.py --output_dir {tail} --model_name_or_path={tail}"
+    assert F.relative(shown) == shown
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=80))
+def test_relative_never_leaves_an_absolute_path_and_keeps_urls(text):
+    shown = F.relative(f"{text} /root/.pyenv/bin/python3.11 -m x /tmp/base http://127.0.0.1:7860/ 1/2")
+    assert "/root/" not in shown and "/tmp/base" not in shown and "python -m x" in shown
+    assert "http://127.0.0.1:7860/" in shown and "1/2" in shown
+
+
+def test_provenance_as_displayed_is_relative_and_the_files_keep_the_full_record():
+    for row in F.list_artifacts():
+        assert not ABSOLUTE.search(row["command"]), row
+    for name in ("eval_results.json", "grpo_training_curve.json", "pipeline.json"):
+        line = F.provenance_line(F.read_artifact(name), name)
+        assert not ABSOLUTE.search(line), line
+    # the files themselves are untouched: what the Space shows of a record is derived from it
+    data = F.read_artifact("pipeline.json")
+    assert F.pipeline_table() == [[s["stage"], f"{s['wall_time_s']:.0f}", F.relative(s["command"])]
+                                  for s in data["stages"]]
+
+
+def test_the_before_after_default_game_follows_the_stated_rule():
+    data = F.read_artifact(F.BEFORE_AFTER)
+    games, buyers = data["games"], data["buyers"]
+    seat = card_facts(model_path())["eval_buyer"]
+    after = seat if seat in buyers[1:] else buyers[-1]
+    best, pick = -1.0, 0
+    for k, g in enumerate(games):  # recomputed here: the largest |seat model - untrained| among mutual games
+        if g["interest"] != "mutual":
+            continue
+        change = abs(g["rewards"][after] - g["rewards"][buyers[0]])
+        if change > best:
+            best, pick = change, k
+    assert F.before_after_default(games, buyers, seat) == pick
+    assert games[pick]["interest"] == "mutual"
+    assert "largest" in F.BEFORE_AFTER_RULE and "model seat" in F.BEFORE_AFTER_RULE
+    product = F.before_after_product(games[pick])
+    assert games[pick]["title"] in product and f"${games[pick]['list_price']:,.2f}" in product
+    # a hand-made file: the seat's buyer decides, not the last column
+    made = [{"interest": "mutual", "rewards": {"base": 0.0, "grpo": 0.5, "sdpo": 0.0}},
+            {"interest": "conflicting", "rewards": {"base": -1.0, "grpo": 0.0, "sdpo": 0.0}},
+            {"interest": "mutual", "rewards": {"base": 0.0, "grpo": 0.1, "sdpo": 0.9}}]
+    assert F.before_after_default(made, ["base", "grpo", "sdpo"], "grpo") == 0
+    assert F.before_after_default(made, ["base", "grpo", "sdpo"], "smollm2_grpo") == 2
+    # a listing whose title the catalog here does not hold at that index: the artifact's own title, no other product
+    other = {**games[pick], "title": "A Product That Is Not In The Catalog"}
+    shown = F.before_after_product(other)
+    assert "A Product That Is Not In The Catalog" in shown and games[pick]["title"] not in shown
+
+
+def test_the_moving_average_by_hand():
+    assert F.moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert F.moving_average([0.0, None, 0.6, None], 3) == [0.0, 0.0, 0.3, 0.6]
+    assert F.moving_average([None, None], 5) == [None, None]
+    assert F.moving_average([], 3) == []
+
+
+@given(st.lists(st.one_of(st.none(), st.floats(-1, 1)), max_size=40), st.integers(1, 12))
+def test_the_moving_average_is_the_trailing_mean_of_the_raw_points(values, window):
+    avg = F.moving_average(values, window)
+    assert len(avg) == len(values)
+    for k, a in enumerate(avg):
+        seen = [v for v in values[max(0, k - window + 1):k + 1] if v is not None]
+        assert (a is None) == (not seen)
+        if seen:
+            assert abs(a - sum(seen) / len(seen)) < 1e-9 and min(seen) - 1e-9 <= a <= max(seen) + 1e-9
+
+
+def test_the_reward_curve_shows_raw_points_their_average_the_references_and_where_rl_starts():
+    fig = F.rl_rewards()
+    names = [t.name for t in fig.data]
+    for algo, name in F.RL_CURVES.items():
+        if F._points(name):
+            label = F.rl_label(algo)
+            assert f"{label} per step (raw)" in names and any(n.startswith(f"{label} moving average") for n in names)
+    texts = [a.text for a in fig.layout.annotations]
+    assert any("expert" in t for t in texts) and any("ceiling" in t for t in texts)
+    assert any("RL starts" in t for t in texts)
