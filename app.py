@@ -42,6 +42,7 @@ from space.ui import (  # noqa: F401
     api_entry,
     api_example,
     before_after_buyers,
+    before_after_file,
     build,
     models_overview,
     players_table,

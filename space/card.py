@@ -3,8 +3,9 @@ checkpoint folder and the artifacts, so no visitor has to open a file to know wh
 
 A checkpoint folder may hold ``card.json`` naming its evaluation row (``eval_buyer``, and where
 that is not the seller mix of ``eval_results.json``: ``eval_file`` and ``eval_seller``, as for a
-model seller, whose row is a buyer playing against it) and its training curves (``curves``,
-artifact file names); without it they follow from its lineage (the row of its last training
+model seller, whose row is a buyer playing against it), its training curves (``curves``,
+artifact file names) and its family's before-vs-after games (``before_after``, default
+``before_after.json``); without it they follow from its lineage (the row of its last training
 stage, and ``<stage>_training_curve.json`` for each stage). Every number comes from a file:
 parameters from the safetensors headers, steps, wall time and hardware from each curve's
 provenance, the row from the evaluation artifact.
@@ -71,12 +72,20 @@ def card_facts(folder: str | Path) -> dict:
             "curve": name, "command": F.relative(prov.get("command")), "steps": max((p.get("step", 0) for p in points), default=0),
             "games": script.get("games") if not rl else None, "episodes": episodes or None,
             "cloned": "scripted sellers'" if script.get("role") == "seller" else "expert",
-            "scenarios": script.get("scenarios"), "sellers": script.get("sellers"),
+            "scenarios": script.get("scenarios"), "sellers": script.get("sellers"), "env": script.get("env"),
+            "tasks": script.get("tasks"),
             "wall_time_s": prov.get("wall_time_s"), "machine": prov.get("machine"), "commit": prov.get("commit"),
             "date": prov.get("date")})
+    if extra.get("eval_policy"):  # a market lab: its rows, one per task, in the market evaluation
+        facts.update(eval_policy=extra["eval_policy"], eval_file=extra.get("eval_file", "eval_market.json"),
+                     eval_buyer=None, eval_seller=None, evaluation=None, before_after=None)
+        facts["market_rows"] = [r for r in (F.read_artifact(facts["eval_file"]) or {}).get("rows", [])
+                                if r.get("policy") == facts["eval_policy"]]
+        return facts
     buyer = extra.get("eval_buyer") or (facts["stages"][-1] if facts["stages"] else None)
     facts.update(eval_buyer=buyer, eval_file=extra.get("eval_file", "eval_results.json"),
-                 eval_seller=extra.get("eval_seller", "mix"))
+                 eval_seller=extra.get("eval_seller", "mix"),
+                 before_after=extra.get("before_after", F.BEFORE_AFTER))  # its family's games, base to RL
     rows = [r for r in F.eval_rows(facts["eval_file"], facts["eval_seller"]) if r["buyer"] == buyer]
     facts["evaluation"] = rows[0] if rows else None
     return facts
@@ -95,7 +104,8 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
     size = (f"a LoRA adapter of {millions(f.get('adapter_parameters'))} parameters ({f.get('bytes', 0) / 2**20:.1f} MB)"
             f" over {base} ({millions(f.get('parameters'))} parameters)" if f["adapter"]
             else f"{base}, {millions(f.get('parameters'))} parameters, all trained")
-    lines = [f"**{title}: `{f['name']}`**, {size}. Trained as the {' and '.join(f['roles']) or 'buyer'}: "
+    roles = ["lab 0 of the GPU market" if r == "lab0" else r for r in f["roles"]]
+    lines = [f"**{title}: `{f['name']}`**, {size}. Trained as the {' and '.join(roles) or 'buyer'}: "
              f"{' → '.join(f['stages']) or 'no training stage recorded'}."]
     for t in f["training"]:
         if not t["command"]:
@@ -103,12 +113,17 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
             continue
         what = (f"{t['games']:,} {t['cloned']} games" if t["games"] else
                 f"{t['episodes']:,} episodes against the live environment" if t["episodes"] else "")
-        lines.append(f"- {t['curve'].split('_training_curve')[0]}: {t['steps']} steps, {what} "
-                     f"({t['scenarios'] or '?'} train split, sellers: {t['sellers'] or '?'}), "
+        data = (f"market tasks: {t['tasks']}, training seeds" if t.get("env") == "market" else
+                f"{t['scenarios'] or '?'} train split, sellers: {t['sellers'] or '?'}")
+        lines.append(f"- {t['curve'].split('_training_curve')[0]}: {t['steps']} steps, {what} ({data}), "
                      f"{(t['wall_time_s'] or 0) / 60:.0f} min on {t['machine']}; commit `{(t['commit'] or '?')[:12]}`; "
                      f"`{t['command']}`")
     r = f["evaluation"]
-    if r:
+    if f.get("eval_policy"):
+        lines.append(f"- Evaluation (`{f['eval_file']}`, policy `{f['eval_policy']}`, held-out seeds): " + ("; ".join(
+            f"{m['task']} {m['reward_mean']:+.3f} {F.ci_text(m)} over {m['episodes']} episodes, invalid actions "
+            f"{m['invalid_rate']:.1%}" for m in f["market_rows"]) or "no rows yet") + ".")
+    elif r:
         seller = "seller mix" if f["eval_seller"] == "mix" else f"seller `{f['eval_seller']}`"
         lines.append(f"- Evaluation (`{f['eval_file']}`, row `{f['eval_buyer']}` against {seller}, held-out test split, "
                      f"{r.get('sampling', 'as sampled')}): the buyer's reward {r['reward_mean']:+.3f} "

@@ -87,7 +87,7 @@ def provenance_line(data: dict | None, name: str) -> str:
 def eval_rows(name: str, seller: str | None = None) -> list[dict]:
     data = read_artifact(name) or {}
     rows = data.get("rows", [])
-    return [r for r in rows if seller is None or r["seller"] == seller]
+    return [r for r in rows if seller is None or r.get("seller") == seller]
 
 
 def _f(x, fmt: str = "{:+.3f}") -> str:
@@ -460,10 +460,10 @@ def transcripts(name: str = "transcripts/eval_results.jsonl") -> list[dict]:
 BEFORE_AFTER = "before_after.json"
 
 
-def before_after_games() -> list[dict]:
-    """The before-vs-after games (``training/before_after.py``): one held-out game per entry, played by
-    every training stage's buyer on the same scenario, seller and seed."""
-    return (read_artifact(BEFORE_AFTER) or {}).get("games", [])
+def before_after_games(name: str = BEFORE_AFTER) -> list[dict]:
+    """The before-vs-after games (``training/before_after.py``) of artifact ``name``: one held-out game per entry,
+    played by every training stage's buyer on the same scenario, seller and seed."""
+    return (read_artifact(name) or {}).get("games", [])
 
 
 BEFORE_AFTER_RULE = ("The game shown first is chosen by a rule, not by hand: among mutual-interest games, the one where "
@@ -483,10 +483,10 @@ def before_after_default(games: list[dict], buyers: list[str], seat: str | None 
     return -max(change)[1] if change else 0
 
 
-def before_after_product(g: dict) -> str:
+def before_after_product(g: dict, name: str = BEFORE_AFTER) -> str:
     """The product on sale in game ``g``, as its buyers were told it (the listing: title, category, description
     and list price), with the private values each side had."""
-    source = ((read_artifact(BEFORE_AFTER) or {}).get("provenance", {}).get("config", {}) or {}).get("scenarios",
+    source = ((read_artifact(name) or {}).get("provenance", {}).get("config", {}) or {}).get("scenarios",
                                                                                                     "builtin")
     listing = f"### On sale: {g['title']}\n\n"  # the artifact's own fields, unless the catalog here has the listing
     try:
@@ -505,7 +505,7 @@ def before_after_label(g: dict) -> str:
     return f"{g['title']} · seller {g['seller']} · seed {g['seed']} · {kind}"
 
 
-def before_after_summary(g: dict, buyers: list[str]) -> str:
+def before_after_summary(g: dict, buyers: list[str], name: str = BEFORE_AFTER) -> str:
     """Each buyer's reward on the game and its change from the first (untrained) one, with the ceiling."""
     first = g["rewards"][buyers[0]]
     rows = [f"| {b} | {g['rewards'][b]:+.3f} | {g['rewards'][b] - first:+.3f} | "
@@ -516,7 +516,7 @@ def before_after_summary(g: dict, buyers: list[str]) -> str:
             f"${g['list_price']:,.2f}.\n\n| buyer | reward | change from {buyers[0]} | ending |\n|---|---|---|---|\n"
             + "\n".join(rows)
             + f"\n| ceiling: the oracle, told the seller's floor | {g['oracle_reward']:+.3f} | | |\n\n"
-            f"Greedy play; from `artifacts/{BEFORE_AFTER}` ({provenance_line(read_artifact(BEFORE_AFTER), BEFORE_AFTER)})")
+            f"Greedy play; from `artifacts/{name}` ({provenance_line(read_artifact(name), name)})")
 
 
 def transcript_messages(t: dict) -> list[dict]:

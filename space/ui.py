@@ -44,6 +44,11 @@ def product_choices(source: str) -> list[tuple[str, int]]:
                                             for i, s in enumerate(get_split(source, "test"))]
 
 
+def _market(folder: Path) -> bool:
+    """A market lab's checkpoint (its card names a market policy row)."""
+    return bool(card_facts(folder).get("eval_policy"))
+
+
 def models_overview() -> str:
     """A card for the model in the model seat and for every other shipped checkpoint."""
     seat = Path(model_path())
@@ -51,8 +56,8 @@ def models_overview() -> str:
              f"**In the model seat: `{seat}`** (from ${ENV_VAR}; no local folder to describe)."]
     shipped = sorted(p for p in (F.ARTIFACTS / "checkpoints").iterdir() if p.is_dir()) \
         if (F.ARTIFACTS / "checkpoints").is_dir() else []
-    cards += [model_card(p, f"Also shipped (HAGGLE_MODEL={p.relative_to(F.ARTIFACTS.parent)})") for p in shipped
-              if p.resolve() != seat.resolve()]
+    cards += [model_card(p, f"Also shipped ({'the market tab trained lab 0, HAGGLE_MARKET_MODEL' if _market(p) else 'HAGGLE_MODEL'}"
+                            f"={p.relative_to(F.ARTIFACTS.parent)})") for p in shipped if p.resolve() != seat.resolve()]
     return "\n\n".join(cards)
 
 
@@ -223,19 +228,27 @@ def ui_market_eval():
                                                                                   F.MARKET_EVAL)
 
 
+def before_after_file() -> str:
+    """The before-vs-after artifact of the model seat's family (its card's ``before_after``: the SmolLM2 buyers'
+    games when a SmolLM2 adapter is seated, the tiny model's stages otherwise)."""
+    name = card_facts(model_path()).get("before_after") or F.BEFORE_AFTER
+    return name if F.read_artifact(name) else F.BEFORE_AFTER
+
+
 def before_after_buyers() -> list[str]:
-    return (F.read_artifact(F.BEFORE_AFTER) or {}).get("buyers", [])
+    return (F.read_artifact(before_after_file()) or {}).get("buyers", [])
 
 
 def ui_before_after(index):
     """Every buyer's game on the chosen held-out scenario, and the summary table."""
-    games, buyers = F.before_after_games(), before_after_buyers()
+    name = before_after_file()
+    games, buyers = F.before_after_games(name), before_after_buyers()
     if not games:
-        outs = (*([[]] * len(buyers)), f"No `artifacts/{F.BEFORE_AFTER}` yet: run `python training/before_after.py`.")
+        outs = (*([[]] * len(buyers)), f"No `artifacts/{name}` yet: run `python training/before_after.py`.")
     else:
         g = games[min(int(index or 0), len(games) - 1)]
         outs = (*(F.transcript_messages(g["games"][b]) for b in buyers),
-                F.before_after_product(g) + "\n\n" + F.before_after_summary(g, buyers))
+                F.before_after_product(g, name) + "\n\n" + F.before_after_summary(g, buyers, name))
     return outs if len(outs) > 1 else outs[0]  # one output component takes the value itself
 
 
@@ -483,7 +496,7 @@ def _training_tab() -> None:
 
 def _before_after_tab(demo: gr.Blocks) -> None:
     """The "Before vs after" tab: the same held-out games played by each stage of training."""
-    games, buyers = F.before_after_games(), before_after_buyers()
+    games, buyers = F.before_after_games(before_after_file()), before_after_buyers()
     gr.Markdown("The same held-out games (scenario, seller and seed) played by the buyer after each stage of "
                 "training, greedily: the untrained model, after SFT on expert games, after RL against the live "
                 "environment. Most are mutual-interest games (a deal is possible); the one labelled conflicting has "

@@ -11,6 +11,9 @@ import pytest
 # the Space's challenge leaderboard: never the user's own file (~/.cache/haggle) in tests
 os.environ["HAGGLE_LEADERBOARD_DB"] = str(Path(tempfile.mkdtemp(prefix="haggle-board-")) / "leaderboard.sqlite")
 os.environ.pop("HAGGLE_LEADERBOARD_REPO", None)
+# the tiny buyer stays the tests' model seat (fast on a CPU) whichever shipped buyer the numbers seat by default;
+# the tests of that choice and of a SmolLM2 seat set or clear this themselves
+os.environ["HAGGLE_MODEL"] = str(Path(__file__).resolve().parent.parent / "artifacts" / "checkpoints" / "grpo-tiny")
 
 from env.bargain.env import BargainEnv
 from env.bargain.sources import Scenario, make_scenario

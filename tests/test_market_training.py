@@ -175,3 +175,108 @@ def test_market_evaluation_needs_something_to_evaluate(capsys):
     with pytest.raises(SystemExit):
         evaluate.main(["--env", "market", "--policies", "none"])
     assert "nothing to evaluate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", TASK_NAMES)
+def test_a_model_game_replays_from_its_recorded_actions(tiny, task):
+    """What the evaluation cache keeps (lab 0's actions as handed over) is enough to play the game again exactly;
+    actions that run out or are left over are refused."""
+    from env.market.play import replay_market
+    (rec,) = play_market_episodes([(task, 5)], _agent(tiny, max_new_tokens=16))
+    assert rec.actions and len(rec.actions) == len(rec.turns)
+    again = replay_market(task, 5, rec.actions)
+    assert again.transcript == rec.env.transcript and again.outcome(0) == rec.env.outcome(0)
+    with pytest.raises(ValueError, match="did not reach the end"):
+        replay_market(task, 5, rec.actions[:-1])
+    with pytest.raises(ValueError, match="ended after"):
+        replay_market(task, 5, rec.actions + ['{"action": "pass"}'])
+
+
+def test_market_model_evaluation_resumes_from_its_cell_cache_and_joins_scripted_rows(tiny_dir, tmp_path, monkeypatch):
+    """A rerun with --cell_cache plays nothing (the model is not even loaded) and writes the same rows; a later run
+    on more seeds includes those model rows, labelled as played on the first seeds, with the scripted rows of the
+    same seeds beside them."""
+    from training.games.market import adapter
+    cache, first = tmp_path / "cells.jsonl", tmp_path / "a.json"
+    argv = ["--env", "market", "--policies", "expert,idle", "--models", f"lm={tiny_dir}", "--tasks", "single_trade",
+            "--episodes", "3", "--batch_size", "2", "--max_new_tokens", "16", "--cell_cache", str(cache),
+            "--transcripts", "", "--progress", "false"]
+    a = evaluate.main([*argv, "--out", str(first)])
+    assert len(cache.read_text().splitlines()) == 2  # two batches: seeds 0-1 and 2
+
+    def no_model(*_a, **_k):
+        raise AssertionError("a cached batch loaded the model")
+    monkeypatch.setattr(adapter, "build_agent", no_model)
+    b = evaluate.main([*argv, "--out", str(tmp_path / "b.json")])
+    assert b["rows"] == a["rows"] and len(b["cells_resumed"]) == 2
+    monkeypatch.undo()
+    joined = evaluate.main(["--env", "market", "--policies", "expert", "--tasks", "single_trade", "--episodes", "5",
+                            "--include_rows", str(first), "--out", "", "--transcripts", "", "--progress", "false"])
+    expert, lm = joined["rows"]
+    assert expert["policy"] == "expert" and expert["episodes"] == 5
+    assert lm["policy"] == "lm" and lm["episodes"] == 3 and "first 3 of these 5" in lm["episodes_subset"]
+    (same,) = joined["same_seeds"]
+    assert same["episodes"] == 3 and {r["policy"] for r in same["rows"]} == {"expert", "idle"}
+    assert [r for r in same["rows"] if r["policy"] == "expert"][0] == [r for r in a["rows"] if r["policy"] == "expert"][0]
+    with pytest.raises(SystemExit, match="seed base"):
+        evaluate.main(["--env", "market", "--policies", "expert", "--tasks", "single_trade", "--episodes", "5",
+                       "--seed_base", "7", "--include_rows", str(first), "--out", "", "--transcripts", ""])
+    with pytest.raises(SystemExit, match="more than this run's 2"):  # model rows on more seeds than this run's
+        evaluate.main(["--env", "market", "--policies", "expert", "--tasks", "single_trade", "--episodes", "2",
+                       "--include_rows", str(first), "--out", "", "--transcripts", ""])
+    # the join of a join keeps the rows (and their label and same-seed rows) that artifact had included
+    second = tmp_path / "joined.json"
+    second.write_text(json.dumps(joined))
+    again = evaluate.main(["--env", "market", "--policies", "expert", "--tasks", "single_trade", "--episodes", "5",
+                           "--include_rows", str(second), "--out", "", "--transcripts", "", "--progress", "false"])
+    assert again["rows"][1] == lm and again["same_seeds"] == joined["same_seeds"]
+
+
+@pytest.mark.slow
+def test_the_market_pipeline_trains_and_evaluates_a_lab_through_one_command(tmp_path):
+    """--env market: tiny model -> market SFT -> market GRPO -> the three labs beside every scripted policy on the
+    same held-out seeds, each stage recorded; a rerun finds every stage finished and replays nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from env.market import POLICIES
+    root = Path(__file__).resolve().parent.parent
+    argv = [sys.executable, "training/pipeline.py", "--env", "market", "--smoke", "--workdir", str(tmp_path)]
+    proc = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    art = tmp_path / "artifacts"
+    pipe = json.loads((art / "pipeline_market.json").read_text())
+    assert [s["stage"] for s in pipe["stages"]] == ["tiny", "sft", "grpo", "evaluate"]
+    assert not (art / "eval_market.json").exists()  # the shipped 500-seed table is the full SmolLM2 run's to join
+    rows = json.loads((art / "eval_tiny_market.json").read_text())["rows"]
+    assert {r["policy"] for r in rows} == {*POLICIES, "tiny_market_base", "tiny_market_sft", "tiny_market_grpo"}
+    assert {r["task"] for r in rows} == {"single_trade"} and {r["episodes"] for r in rows} == {2}
+    for name in ("sft_tiny_market_training_curve.json", "grpo_tiny_market_training_curve.json"):
+        curve = json.loads((art / name).read_text())
+        assert curve["points"] and "--env market" in curve["provenance"]["command"]
+    assert len((tmp_path / "evaluate" / "cells.jsonl").read_text().splitlines()) == 3  # a batch per model
+    again = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count("finished by an earlier run") == 4, again.stdout[-2000:]
+
+
+def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp_path):
+    from training import pipeline
+    tiny = dict(pipeline.market_stages(tmp_path, tmp_path / "art", "tiny", "default", False))
+    assert all(cmd[cmd.index("--tasks") + 1] == "single_trade" for k, cmd in tiny.items() if "--tasks" in cmd)
+    assert "join_evaluate" not in tiny and "eval_tiny_market.json" in " ".join(tiny["evaluate"])
+    assert all(cmd[cmd.index("--out") + 1] != str(tmp_path / "art" / "eval_market.json") for cmd in tiny.values()
+               if "--out" in cmd)
+    full = dict(pipeline.market_stages(tmp_path, tmp_path / "art", "smollm2-135m", "full", False))
+    assert full["sft"][full["sft"].index("--model") + 1] == "smollm2-135m"
+    assert "recipes/smollm2/market_grpo.yaml" in " ".join(full["grpo"])
+    assert float(full["grpo"][full["grpo"].index("--beta") + 1]) > 0  # held near its SFT start, as the bilateral RL
+    ev = full["evaluate"]
+    assert ev[ev.index("--temperature") + 1] == "0" and "--cell_cache" in ev
+    join = full["join_evaluate"]
+    assert join[join.index("--include_rows") + 1].split(",") == [str(tmp_path / "art" / "eval_smollm2_market.json"),
+                                                                 str(tmp_path / "art" / "eval_market.json")]
+    assert join[join.index("--out") + 1] == str(tmp_path / "art" / "eval_market.json")
+    for bad in (["--sft-from", "x"], ["--preset", "full"], ["--skip", "sdpo"]):  # full: not for the tiny model
+        with pytest.raises(SystemExit):
+            pipeline.main(["--env", "market", *bad])

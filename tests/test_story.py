@@ -132,3 +132,68 @@ def test_the_reward_curve_shows_raw_points_their_average_the_references_and_wher
     texts = [a.text for a in fig.layout.annotations]
     assert any("expert" in t for t in texts) and any("ceiling" in t for t in texts)
     assert any("RL starts" in t for t in texts)
+
+
+def _shipped(tmp_path, monkeypatch, cards: dict, rows: list[dict] | None):
+    """Checkpoint folders with these cards (None: no card) and an eval_results.json with these mix rows."""
+    import json
+
+    from space import model as seat
+    art = tmp_path / "artifacts"
+    for name, card in cards.items():
+        (art / "checkpoints" / name).mkdir(parents=True)
+        if card is not None:
+            (art / "checkpoints" / name / "card.json").write_text(json.dumps(card))
+    if rows is not None:
+        (art / "eval_results.json").write_text(json.dumps({"rows": [{"seller": "mix", **r} for r in rows]}))
+    monkeypatch.setattr(F, "ARTIFACTS", art)
+    monkeypatch.setattr(seat, "CHECKPOINTS", art / "checkpoints")
+    monkeypatch.setattr(seat, "SHIPPED", art / "checkpoints" / "grpo-tiny")
+    monkeypatch.delenv(seat.ENV_VAR, raising=False)
+    return art / "checkpoints"
+
+
+CARDS = {"grpo-tiny": {"eval_buyer": "grpo"}, "grpo-big": {"eval_buyer": "big_rl", "eval_file": "eval_big.json"},
+         "sft-big-seller": {"eval_buyer": "expert", "eval_seller": "llm_seller"}, "no-card": None,
+         "sft-big": {"eval_buyer": "big_sft"}, "ceiling": {"eval_buyer": "oracle"}}
+
+
+def test_the_model_seat_holds_the_shipped_buyer_whose_row_is_best(tmp_path, monkeypatch):
+    """The seat follows the numbers: the best mix row of eval_results.json among the shipped buyers' cards; a model
+    seller's card, a row on a subset of the episodes and the oracle never compete; ties keep the tiny buyer."""
+    from space import model as seat
+    rows = [{"buyer": "grpo", "reward_mean": 0.20}, {"buyer": "big_rl", "reward_mean": 0.25},
+            {"buyer": "expert", "reward_mean": 0.40}, {"buyer": "oracle", "reward_mean": 0.55, "upper_bound": True},
+            {"buyer": "big_sft", "reward_mean": 0.30, "episodes_subset": "the first 12 of these 50 test products"}]
+    ck = _shipped(tmp_path, monkeypatch, CARDS, rows)
+    assert seat.headline_checkpoint() == ck / "grpo-big" and seat.model_path() == str(ck / "grpo-big")
+    monkeypatch.setenv(seat.ENV_VAR, "/some/other/model")  # the variable still decides when set
+    assert seat.model_path() == "/some/other/model"
+
+
+def test_the_tiny_buyer_keeps_the_seat_without_a_better_row(tmp_path, monkeypatch):
+    from space import model as seat
+    ck = _shipped(tmp_path, monkeypatch, CARDS, [{"buyer": "grpo", "reward_mean": 0.2},
+                                                 {"buyer": "big_rl", "reward_mean": 0.2}])
+    assert seat.headline_checkpoint() == ck / "grpo-tiny"  # a tie
+    ck = _shipped(tmp_path / "none", monkeypatch, CARDS, None)
+    assert seat.headline_checkpoint() == ck / "grpo-tiny"  # no evaluation at all
+
+
+def test_before_after_shows_the_seated_models_family(tmp_path, monkeypatch):
+    """A seat whose card names its family's before/after games shows those; without the file, the tiny run's."""
+    import json
+
+    import app
+    ck = _shipped(tmp_path, monkeypatch, {"grpo-big": {"eval_buyer": "big_rl", "before_after": "ba_big.json"}},
+                  [{"buyer": "big_rl", "reward_mean": 0.3}])
+    real = json.loads((app.F.ROOT / "artifacts" / F.BEFORE_AFTER).read_text())
+    assert app.before_after_file() == F.BEFORE_AFTER  # ba_big.json is not there
+    big = {**real, "buyers": ["big_base", "big_rl"],
+           "games": [{**g, "games": {"big_base": g["games"][real["buyers"][0]], "big_rl": g["games"][real["buyers"][-1]]},
+                      "rewards": {"big_base": g["rewards"][real["buyers"][0]], "big_rl": g["rewards"][real["buyers"][-1]]}}
+                     for g in real["games"]]}
+    (ck.parent / "ba_big.json").write_text(json.dumps(big))
+    assert app.before_after_file() == "ba_big.json" and app.before_after_buyers() == ["big_base", "big_rl"]
+    *chats, summary = app.ui_before_after(0)
+    assert len(chats) == 2 and all(chats) and "ba_big.json" in summary and "big_rl" in summary

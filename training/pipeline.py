@@ -24,6 +24,14 @@ tiny buyers' (the ``join_*`` stages: same episodes, checked):
 
     nohup python training/pipeline.py --model smollm2-135m --preset full --sft-from artifacts/checkpoints/sft-smollm2 \
         --seller-model artifacts/checkpoints/sft-smollm2-seller --resume-across-code > runs/smollm2.log 2>&1 &
+
+``--env market`` trains lab 0 of the GPU market instead (``market_stages``): SFT on the market expert's games,
+GRPO with the environment's reward, and the untrained, SFT and GRPO labs evaluated beside every scripted policy
+on the same held-out seeds; with SmolLM2's full preset the rows join ``artifacts/eval_market.json`` and the
+adapter is shipped to ``artifacts/checkpoints/grpo-smollm2-market`` (the Space's trained lab 0):
+
+    nohup python training/pipeline.py --model smollm2-135m --env market --preset full --resume-across-code \
+        > runs/smollm2-market.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -178,6 +186,71 @@ def smollm2_stages(work: Path, art: Path, preset: str, sft_from: str = "", selle
     return [(name, cmd) for name, cmd in plan if name not in skip]
 
 
+MARKET_GRPO_RECIPE = RECIPES / "smollm2" / "market_grpo.yaml"
+
+
+def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -> list[tuple[str, list[str]]]:
+    """The GPU market's stages, lab 0 trained (``--env market``): SFT on the market expert's games (its JSON actions
+    the only trained tokens), GRPO with the environment's reward (SmolLM2: ``recipes/smollm2/market_grpo.yaml``),
+    then the untrained, SFT and GRPO labs evaluated beside every scripted policy on the same held-out seeds (each
+    finished batch kept in ``cells.jsonl``, replayed on a rerun). Tasks and sizes come from the recipe's
+    ``market_<family>`` section (the tiny model's 4k context fits ``single_trade`` only). With SmolLM2's full preset
+    the model rows then join ``artifacts/eval_market.json`` beside the scripted policies' 500-seed rows, marked as
+    played on the first seeds, with the scripted rows of those same seeds under ``same_seeds`` (model rows joined
+    there earlier are kept)."""
+    family = "market_tiny" if model == "tiny" else "market_smollm2"
+    size = {k: _stage_flags("smoke" if smoke else preset, k, family=family) for k in ("sft", "grpo", "evaluate")}
+    tasks = yaml.safe_load(RECIPE.read_text())[family]["tasks"]
+    curve = "tiny_market" if model == "tiny" else "smollm2_market"  # names its artifacts, curves and rows
+    base = str(work / "tiny-base") if model == "tiny" else model
+    sft, grpo = work / "sft" / "final", work / "grpo" / "final"
+    s = ["--smoke"] if smoke else []
+    models = {f"{curve}_base": base, f"{curve}_sft": str(sft), f"{curve}_grpo": str(grpo)}
+    plan = [
+        *([("tiny", ["training/build_tiny.py", "--out", base])] if model == "tiny" else []),
+        ("sft", ["training/sft.py", *s, "--env", "market", "--tasks", tasks, "--model", base, *size["sft"],
+                 "--output_dir", str(work / "sft"), "--curve", str(art / f"sft_{curve}_training_curve.json")]),
+        ("grpo", ["training/grpo.py", *s, *([] if model == "tiny" else
+                                            ["--config", str(MARKET_GRPO_RECIPE.relative_to(REPO_ROOT))]),
+                  "--env", "market", "--tasks", tasks, *recipe_flags(RECIPE, "rl"), *size["grpo"],
+                  "--model_name_or_path", str(sft), "--output_dir", str(work / "grpo"),
+                  "--episode_log", str(work / "grpo" / "episodes"),
+                  "--curve", str(art / f"grpo_{curve}_training_curve.json")]),
+        ("evaluate", ["training/evaluate.py", "--env", "market", "--tasks", tasks, "--policies", "all",
+                      "--models", ",".join(f"{k}={v}" for k, v in models.items()), *size["evaluate"],
+                      "--cell_cache", str(work / "evaluate" / "cells.jsonl"), "--out", str(art / f"eval_{curve}.json"),
+                      "--transcripts", str(art / "transcripts" / f"eval_{curve}.jsonl"), "--progress", "false"]),
+    ]
+    if model != "tiny" and preset == "full":  # the shipped run's rows join the shipped market table
+        plan.append(("join_evaluate", ["training/evaluate.py", "--env", "market", "--policies", "all",
+                                       "--include_rows", f"{art / f'eval_{curve}.json'},{art / 'eval_market.json'}",
+                                       "--out", str(art / "eval_market.json"),
+                                       "--transcripts", str(art / "transcripts" / "eval_market.jsonl"),
+                                       "--progress", "false"]))
+    return plan
+
+
+def ship_market_adapter(final: Path, ship: Path, done: list[dict]) -> None:
+    """Copy the market GRPO LoRA adapter where the Space seats it as lab 0 (``HAGGLE_MARKET_MODEL`` overrides), with
+    a card naming its rows and curves and a note of how it was made."""
+    ship.mkdir(parents=True, exist_ok=True)
+    for f in ("adapter_config.json", "adapter_model.safetensors", "lineage.json"):
+        if (final / f).exists():
+            shutil.copy2(final / f, ship / f)
+    write_json(ship / "card.json", {"eval_policy": "smollm2_market_grpo", "eval_file": "eval_market.json",
+                                    "curves": ["sft_smollm2_market_training_curve.json",
+                                               "grpo_smollm2_market_training_curve.json"]})
+    made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
+                     for d in done if d["stage"] in ("sft", "grpo"))
+    (ship / "PROVENANCE.md").write_text(
+        f"# grpo-smollm2-market\n\nA LoRA adapter over SmolLM2-135M-Instruct playing lab 0 of the GPU market: SFT on "
+        f"the market expert's games, then GRPO with the environment's reward, copied from `{relative(str(final))}` "
+        f"by `python training/pipeline.py --model smollm2-135m --env market`. Made by:\n\n{made}\n\nIts evaluations "
+        "are the `smollm2_market_*` rows of `artifacts/eval_smollm2_market.json` (and, joined, of "
+        "`artifacts/eval_market.json`); each stage's commit, code and wall time are in "
+        "`artifacts/pipeline_smollm2_market.json`.\n")
+
+
 def _stage_flags(preset: str, stage: str, family: str = "") -> list[str]:
     """The flags ``preset`` gives ``stage`` (none when the recipe names none); ``family`` reads the
     recipe's section for another model family (``smollm2``)."""
@@ -212,7 +285,8 @@ def ship_adapter(final: Path, ship: Path, done: list[dict]) -> None:
         if (final / f).exists():
             shutil.copy2(final / f, ship / f)
     write_json(ship / "card.json", {"eval_buyer": "smollm2_grpo", "eval_file": "eval_smollm2.json",
-                                    "curves": ["sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"]})
+                                    "curves": ["sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"],
+                                    "before_after": "before_after_smollm2.json"})
     made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
                      for d in done if d["stage"] in ("sft", "grpo"))
     (ship / "PROVENANCE.md").write_text(
@@ -277,13 +351,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="tiny settings for every stage")
     ap.add_argument("--model", default="tiny", choices=MODELS, help="the model family trained: the tiny model built "
                     "here, or SmolLM2-135M-Instruct (LoRA; its own presets in the pipeline recipe)")
+    ap.add_argument("--env", default="bargain", choices=("bargain", "market"), help="the game: the bilateral "
+                    "negotiation (the policy is the buyer) or the GPU market (the policy is lab 0; its own stages)")
     ap.add_argument("--sft-from", default="", help="smollm2: start GRPO from this SFT adapter instead of training "
                     "one (e.g. artifacts/checkpoints/sft-smollm2, whose PROVENANCE.md says how it was made)")
     ap.add_argument("--resume-across-code", action="store_true", help="resume a stage (or keep a finished one) that "
                     "the same command began on other code, instead of starting it again: for runs longer than a "
                     "session, with other work landing in between (the stage record lists each code it ran on)")
     ap.add_argument("--workdir", default="", help="checkpoints and the tiny base model (default: runs, or "
-                    "runs/smollm2 with --model smollm2-135m)")
+                    "runs/smollm2 with --model smollm2-135m; runs/market, runs/smollm2-market with --env market)")
     ap.add_argument("--artifacts", default="", help="artifact folder (default: artifacts/, or WORKDIR/artifacts "
                     "with --smoke)")
     ap.add_argument("--eval-scenarios", default="builtin", help="evaluation scenario source (test split)")
@@ -305,20 +381,30 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--restart", action="store_true", help="run every stage again, even those a previous run of the "
                     "same commands finished")
     a = ap.parse_args(argv)
-    smollm2 = a.model != "tiny"
+    smollm2, market = a.model != "tiny", a.env == "market"
     if smollm2 and (a.smoke or a.ablation or a.extra_buyers or a.include_rows):
         ap.error("--model smollm2-135m takes none of --smoke, --ablation, --extra-buyers, --include-rows")
-    if a.sft_from and not smollm2:
-        ap.error("--sft-from is for --model smollm2-135m")
-    work = Path(a.workdir or ("runs/smollm2" if smollm2 else "runs")).resolve()
+    if a.sft_from and (market or not smollm2):
+        ap.error("--sft-from is for --model smollm2-135m in the bilateral game")
+    if market and not a.smoke and a.preset not in yaml.safe_load(RECIPE.read_text())[
+            "market_tiny" if a.model == "tiny" else "market_smollm2"]:
+        ap.error(f"--env market has no {a.preset!r} preset for --model {a.model} (the tiny model's: smoke, default)")
+    if market and (a.ablation or a.extra_buyers or a.include_rows or a.seller_model or a.skip
+                   or a.eval_scenarios != "builtin"):
+        ap.error("--env market takes none of the bilateral game's options (--ablation, --extra-buyers, "
+                 "--include-rows, --seller-model, --skip, --eval-scenarios)")
+    default_work = {(False, False): "runs", (True, False): "runs/smollm2", (False, True): "runs/market",
+                    (True, True): "runs/smollm2-market"}[smollm2, market]
+    work = Path(a.workdir or default_work).resolve()
     art = Path(a.artifacts or (work / "artifacts" if a.smoke else REPO_ROOT / "artifacts")).resolve()
     skip = frozenset(x for x in a.skip.split(",") if x)
     if skip - set(SKIPPABLE):
         ap.error(f"--skip takes stages from {', '.join(SKIPPABLE)}")
-    if smollm2 and a.preset == "full" and "generalisation" not in skip and not a.seller_model:
+    if smollm2 and not market and a.preset == "full" and "generalisation" not in skip and not a.seller_model:
         ap.error("--model smollm2-135m --preset full joins the shipped generalisation studies, study (d) included: "
                  "give it the same --seller-model (artifacts/checkpoints/sft-smollm2-seller), or --skip generalisation")
-    plan = smollm2_stages(work, art, a.preset, a.sft_from, a.seller_model, skip) if smollm2 else \
+    plan = market_stages(work, art, a.model, a.preset, a.smoke) if market else \
+        smollm2_stages(work, art, a.preset, a.sft_from, a.seller_model, skip) if smollm2 else \
         stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
                a.ablation, skip)
     only = {x for x in a.only.split(",") if x}
@@ -354,11 +440,14 @@ def main(argv: list[str] | None = None) -> dict:
         finished[name] = done[-1]
         write_json(state_path, finished)
     final = work / "grpo" / "final"
-    if final.exists() and smollm2:
+    if market:
+        if final.exists() and smollm2 and a.preset == "full":
+            ship_market_adapter(final, art / "checkpoints" / "grpo-smollm2-market", done)
+    elif final.exists() and smollm2:
         ship_adapter(final, art / "checkpoints" / "grpo-smollm2", done)
     elif final.exists() and not a.smoke:
         ship_checkpoint(final, art / "checkpoints" / "grpo-tiny", done)
-    result = {"provenance": provenance({"model": a.model, "sft_from": a.sft_from, "smoke": a.smoke, "preset": a.preset,
+    result = {"provenance": provenance({"model": a.model, "env": a.env, "sft_from": a.sft_from, "smoke": a.smoke, "preset": a.preset,
                                         "workdir": str(work), "resume_across_code": a.resume_across_code,
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
@@ -366,7 +455,7 @@ def main(argv: list[str] | None = None) -> dict:
                                         "ablation": a.ablation, "skip": sorted(skip)},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
               "stages": done}
-    write_json(art / ("pipeline_smollm2.json" if smollm2 else "pipeline.json"), result)
+    write_json(art / f"pipeline{'_smollm2' * smollm2}{'_market' * market}.json", result)
     return result
 
 

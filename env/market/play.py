@@ -87,3 +87,19 @@ def play_market(task: str, seed: int, policy: MarketPlayer, env: MarketEnv | Non
     match = MarketMatch(task, seed, policy, counterparts, env)
     match.advance()
     return match.env
+
+
+def replay_market(task: str, seed: int, actions: list, counterparts: str | None = None) -> MarketEnv:
+    """Play an episode again from lab 0's recorded actions, exactly as they were handed to the environment
+    (a model's raw replies included). The other labs are seeded by task and seed, so the same actions give the
+    same game; actions that run out before the end, or are left over after it, are refused."""
+    match = MarketMatch(task, seed, None, counterparts)
+    match.advance()
+    for k, action in enumerate(actions):
+        if match.env.done:
+            raise ValueError(f"replay {task}/{seed}: the episode ended after {k} of {len(actions)} recorded actions")
+        match.step(action)
+        match.advance()
+    if not match.env.done:
+        raise ValueError(f"replay {task}/{seed}: {len(actions)} recorded actions did not reach the end")
+    return match.env

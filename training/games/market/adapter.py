@@ -13,6 +13,7 @@ from pathlib import Path
 from env.bargain.players import parse_names
 from env.market.evaluation import MARKET_EVAL_SEED_BASE, format_market_table
 from env.market.world import TASKS
+from training.common.cells import model_fingerprint
 from training.common.provenance import provenance, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.base import build_agent
@@ -115,16 +116,28 @@ class MarketGame:
         with tqdm(total=total, desc="market", unit="episode", disable=not config.progress, file=sys.stderr) as bar:
             rows, judged = evaluate(config.task_names, {p: (lambda p=p: make_policy(p)) for p in config.policy_names},
                                     config.episodes, config.seed_base, on_episode=lambda: bar.update(1))
+            cache = _cell_cache(config, sampling)
             for name, path in config.model_paths.items():
-                agent = build_agent(path, config, sampling)
-                agent.name = name
+                agent = None  # loaded when a batch is not in the cache
                 for task in config.task_names:
                     envs = []
                     for lo in range(0, config.episodes, config.batch_size):
                         batch = [(task, config.seed_base + k) for k in range(lo, min(lo + config.batch_size,
                                                                                       config.episodes))]
-                        envs += [r.env for r in play_market_episodes(batch, agent, name=name,
-                                                                     on_done=lambda _i: bar.update(1))]
+                        cell = {"policy": name, "model": model_fingerprint(path), "task": task,
+                                "seeds": [batch[0][1], batch[-1][1]]}
+                        if cache is not None and (hit := cache.get(cell)) is not None:
+                            envs += _replayed(task, hit["episodes"])
+                            bar.update(len(batch))
+                            continue
+                        if agent is None:
+                            agent = build_agent(path, config, sampling)
+                            agent.name = name
+                        records = play_market_episodes(batch, agent, name=name, on_done=lambda _i: bar.update(1))
+                        envs += [r.env for r in records]
+                        if cache is not None:
+                            cache.put(cell, {"episodes": [{"seed": r.seed, "actions": r.actions, "reward": r.reward}
+                                                          for r in records]})
                     rows.append(summarize(task, name, envs))
                     judged.setdefault(task, (name, envs[0]))
         cfg = {k: v for k, v in asdict(config).items() if k != "progress"}
@@ -132,6 +145,12 @@ class MarketGame:
             cfg["sampling"] = asdict(sampling)
         seeds = {"base": config.seed_base, "episodes": config.episodes, "rule": "episode k of every cell: seed base + k"}
         artifact = {"provenance": provenance(cfg, seeds, time.perf_counter() - start, command), "rows": rows}
+        if cache is not None and cache.resumed:  # played by an earlier, interrupted run of this evaluation
+            artifact["cells_resumed"] = cache.resumed
+        included = [x.strip() for x in config.include_rows.split(",") if x.strip()]
+        if included and not sum(_include(artifact, other, config) for other in included):
+            raise ValueError(f"--include_rows: {', '.join(included)} hold no model rows for policies not already in "
+                             "this evaluation")
         if config.out:
             write_json(config.out, artifact)
         if config.transcripts and judged:
@@ -141,3 +160,84 @@ class MarketGame:
     @staticmethod
     def table(artifact: dict) -> str:
         return format_market_table(artifact["rows"])
+
+
+# options that do not change a model batch's episodes: left out of its cell key
+NOT_IN_CELL_KEY = ("out", "transcripts", "progress", "tasks", "policies", "episodes", "models", "cell_cache",
+                   "include_rows", "batch_size")
+
+
+def _cell_cache(config, sampling: SamplingConfig):
+    """The market evaluation's ``CellCache`` (None without ``--cell_cache``): one cell per model, task and batch of
+    seeds, keyed by the settings every batch shares (sampling, reasoning format, device...)."""
+    if not config.cell_cache:
+        return None
+    import torch  # noqa: PLC0415
+
+    from training.common.cells import CellCache  # noqa: PLC0415
+
+    settings = {k: v for k, v in asdict(config).items() if k not in NOT_IN_CELL_KEY}
+    settings.update(sampling=asdict(sampling), device=config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return CellCache(config.cell_cache, settings)
+
+
+def _replayed(task: str, episodes: list[dict]) -> list:
+    """A cached batch's finished games, replayed from lab 0's recorded actions; each must end with its recorded
+    reward (a changed environment would not, and is refused rather than mixed in)."""
+    from env.market.play import replay_market  # noqa: PLC0415
+
+    envs = []
+    for e in episodes:
+        env = replay_market(task, e["seed"], e["actions"])
+        if abs(env.outcome(0)["reward"] - e["reward"]) > 1e-9:
+            raise ValueError(f"--cell_cache: {task}/{e['seed']} replays to reward {env.outcome(0)['reward']:+.4f}, "
+                             f"recorded {e['reward']:+.4f}: the environment changed since; use a new cache file")
+        envs.append(env)
+    return envs
+
+
+def _include(artifact: dict, path: str, config) -> int:
+    """Add to ``artifact`` the model rows of the market artifact at ``path`` (policies not already there), played
+    from the same seed base; rows on fewer seeds than this run's say so, and the scripted rows that artifact played
+    on those seeds come along under ``same_seeds``, so the model rows are read beside the same episodes. Rows it
+    had itself included come along with their own label and same-seed rows. Returns how many rows joined."""
+    import json  # noqa: PLC0415
+
+    from env.market import POLICIES  # noqa: PLC0415
+    from training.common.provenance import RECORD_KEYS, relative  # noqa: PLC0415
+
+    try:
+        other = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--include_rows: cannot read {path}: {exc}") from None
+    prov = other.get("provenance", {})
+    if (prov.get("seeds") or {}).get("base") != config.seed_base:
+        raise ValueError(f"--include_rows: {path} was played from seed base {(prov.get('seeds') or {}).get('base')}, "
+                         f"this run from {config.seed_base}")
+    taken = {(r["policy"], r["task"]) for r in artifact["rows"]}
+    models = [r for r in other.get("rows", []) if r["policy"] not in POLICIES
+              and (r["policy"], r["task"]) not in taken and r["task"] in config.task_names]
+    if more := [r for r in models if r["episodes"] > config.episodes]:
+        raise ValueError(f"--include_rows: {path} played {more[0]['policy']} on {more[0]['episodes']} seeds, more than "
+                         f"this run's {config.episodes}: rerun with --episodes {more[0]['episodes']}")
+    label = relative(path)
+    for r in models:  # a row the earlier artifact had itself included keeps its own label
+        extra = {} if "from_artifact" in r else {"from_artifact": label}
+        if r["episodes"] < config.episodes:
+            extra["episodes_subset"] = f"the first {r['episodes']} of these {config.episodes} held-out seeds per task"
+        artifact["rows"].append({**r, **extra})
+    native = [r for r in models if "from_artifact" not in r]
+    scripted = [r for r in other.get("rows", []) if r["policy"] in POLICIES and r["task"] in config.task_names]
+    if any(r["episodes"] < config.episodes for r in native) and scripted:
+        artifact.setdefault("same_seeds", []).append({"from_artifact": label, "episodes": scripted[0]["episodes"],
+                                                      "rows": scripted})
+    carried = {r["from_artifact"] for r in models if "from_artifact" in r}
+    for block in other.get("same_seeds", []):  # the same-seed rows of the rows that come along
+        if block["from_artifact"] in carried:
+            artifact.setdefault("same_seeds", []).append(block)
+    for earlier, record in other.get("included_rows", {}).items():
+        if earlier in carried:
+            artifact.setdefault("included_rows", {}).setdefault(earlier, record)
+    if native:
+        artifact.setdefault("included_rows", {})[label] = {k: prov.get(k) for k in RECORD_KEYS}
+    return len(models)

@@ -25,6 +25,15 @@ class MarketEvalArgs(EvalArgs):
     episodes: int = field(default=500, metadata={"help": "market: held-out seeds per task x policy"})
     models: str = field(default="", metadata={"help": "market: model labs added to --policies: name=path,... (tiny, "
                                                       "a checkpoint folder or a Hub id), through the rollout engine"})
+    cell_cache: str = field(default="", metadata={
+        "help": "market: a JSONL file keeping every finished batch of model episodes (lab 0's actions, replayed on "
+                "read-back): a rerun with the same settings and weights reads them back, so an evaluation longer "
+                "than a session resumes ('' = none; the key holds no prompt text: after a prompt change, a new "
+                "file)"})
+    include_rows: str = field(default="", metadata={
+        "help": "market: comma list of earlier market artifacts whose model rows join this one (same seed base; a "
+                "row on fewer seeds says so, and that artifact's scripted rows on the same seeds come along under "
+                "'same_seeds')"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -35,7 +44,7 @@ class MarketEvalArgs(EvalArgs):
         self.task_names = parse_names(self.tasks, TASKS, "task")
         self.policy_names = [] if self.policies == "none" else parse_names(self.policies, POLICIES, "policy")
         self.model_paths = dict(name_path(x.strip(), "--models", POLICIES) for x in self.models.split(",") if x.strip())
-        if not self.policy_names and not self.model_paths:
+        if not self.policy_names and not self.model_paths and not self.include_rows:
             raise ValueError("nothing to evaluate: give --policies or --models")
         if self.episodes < 2:
             raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {self.episodes}")

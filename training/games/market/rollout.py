@@ -32,6 +32,7 @@ from training.engine.rollout import (Conversation, EpisodeRecord, LLMAgent, Teac
 @dataclass
 class MarketRecord(EpisodeRecord):
     env: MarketEnv | None = None  # the finished environment (outcomes, offers, coalitions)
+    actions: list | None = None  # lab 0's actions as handed to the environment (``replay_market`` replays them)
 
 
 PolicySpec = LLMAgent | Teacher | str | Callable[[], MarketPlayer]
@@ -64,6 +65,7 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         if isinstance(seat, Conversation) and seat.teacher is not None:  # seeded like a seated lab 0
             seat.teacher.reset(match.env.observe(0), seat_rng(match.task, match.seed, 0))
     last: dict[int, MarketStep] = {}  # each episode's latest lab-0 step (what the next user turn reports)
+    acted: list[list] = [[] for _ in range(n)]  # lab 0's actions handed to each episode's environment
     def turn(i: int) -> Conversation | str | None:
         """Scripted labs (and a scripted lab 0) act inline; then lab 0's seat reads what is new (a
         teacher writes its reply at once), or the episode is over."""
@@ -80,10 +82,11 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         return seat
 
     def answer(i: int, text: str) -> None:
+        acted[i].append(text)
         last[i] = matches[i].step(text)
 
     play_turns({seat.agent for seat in seats if isinstance(seat, Conversation)}, n, turn, answer, on_done)
-    return [_record(m.env, seat, ep, name) for m, seat, ep in zip(matches, seats, episodes)]
+    return [_record(m.env, seat, ep, name, acts) for m, seat, ep, acts in zip(matches, seats, episodes, acted)]
 
 
 def push_lab_turn(seat: Conversation, obs: dict, last: MarketStep | None, env: MarketEnv | None = None) -> None:
@@ -121,7 +124,8 @@ class LLMLab(MarketPlayer):
         return generate_replies(self.agent, [self.conv])[0]
 
 
-def _record(env: MarketEnv, seat, episode: tuple[str, int], name: str) -> MarketRecord:
+def _record(env: MarketEnv, seat, episode: tuple[str, int], name: str, actions: list) -> MarketRecord:
     out = env.outcome(0)
     return MarketRecord(scenario_id=f"{episode[0]}/{episode[1]}", seed=episode[1], reward=out["reward"], metrics=out,
-                        transcript=transcript(env, name), trained_role=LAB, **token_fields(seat), env=env)
+                        transcript=transcript(env, name), trained_role=LAB, **token_fields(seat), env=env,
+                        actions=actions)
