@@ -233,22 +233,14 @@ def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -
 def ship_market_adapter(final: Path, ship: Path, done: list[dict]) -> None:
     """Copy the market GRPO LoRA adapter where the Space seats it as lab 0 (``HAGGLE_MARKET_MODEL`` overrides), with
     a card naming its rows and curves and a note of how it was made."""
-    ship.mkdir(parents=True, exist_ok=True)
-    for f in ("adapter_config.json", "adapter_model.safetensors", "lineage.json"):
-        if (final / f).exists():
-            shutil.copy2(final / f, ship / f)
-    write_json(ship / "card.json", {"eval_policy": "smollm2_market_grpo", "eval_file": "eval_market.json",
-                                    "curves": ["sft_smollm2_market_training_curve.json",
-                                               "grpo_smollm2_market_training_curve.json"]})
-    made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
-                     for d in done if d["stage"] in ("sft", "grpo"))
-    (ship / "PROVENANCE.md").write_text(
-        f"# grpo-smollm2-market\n\nA LoRA adapter over SmolLM2-135M-Instruct playing lab 0 of the GPU market: SFT on "
-        f"the market expert's games, then GRPO with the environment's reward, copied from `{relative(str(final))}` "
-        f"by `python training/pipeline.py --model smollm2-135m --env market`. Made by:\n\n{made}\n\nIts evaluations "
-        "are the `smollm2_market_*` rows of `artifacts/eval_smollm2_market.json` (and, joined, of "
-        "`artifacts/eval_market.json`); each stage's commit, code and wall time are in "
-        "`artifacts/pipeline_smollm2_market.json`.\n")
+    _ship_lora(final, ship, done, {"eval_policy": "smollm2_market_grpo", "eval_file": "eval_market.json",
+                                   "curves": ["sft_smollm2_market_training_curve.json",
+                                              "grpo_smollm2_market_training_curve.json"]},
+               "A LoRA adapter over SmolLM2-135M-Instruct playing lab 0 of the GPU market: SFT on the market expert's "
+               "games, then GRPO with the environment's reward", "--model smollm2-135m --env market",
+               "Its evaluations are the `smollm2_market_*` rows of `artifacts/eval_smollm2_market.json` (and, joined, of "
+               "`artifacts/eval_market.json`); each stage's commit, code and wall time are in "
+               "`artifacts/pipeline_smollm2_market.json`.")
 
 
 def _stage_flags(preset: str, stage: str, family: str = "") -> list[str]:
@@ -280,21 +272,28 @@ def ship_adapter(final: Path, ship: Path, done: list[dict]) -> None:
     """Copy the GRPO LoRA adapter where the Space finds it (its weights as trained: the evaluations are of
     ``final``, so of these very weights), with a card (the evaluation row the Space shows) and a note of how it
     was made."""
+    _ship_lora(final, ship, done, {"eval_buyer": "smollm2_grpo", "eval_file": "eval_smollm2.json",
+                                   "curves": ["sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"],
+                                   "before_after": "before_after_smollm2.json"},
+               "A LoRA adapter over SmolLM2-135M-Instruct after SFT on expert games and GRPO against the scripted "
+               "seller mix", "--model smollm2-135m",
+               "Its evaluations are the `smollm2_grpo` rows of `artifacts/eval_smollm2.json`; each stage's commit, "
+               "code and wall time are in `artifacts/pipeline_smollm2.json`.")
+
+
+def _ship_lora(final: Path, ship: Path, done: list[dict], card: dict, what: str, flags: str, rows: str) -> None:
+    """A SmolLM2 LoRA adapter copied to ``ship`` with its ``card`` and a PROVENANCE.md: ``what`` it is, the pipeline
+    ``flags`` that made it, each training stage's command, wall time and hardware, and where its ``rows`` are."""
     ship.mkdir(parents=True, exist_ok=True)
     for f in ("adapter_config.json", "adapter_model.safetensors", "lineage.json"):
         if (final / f).exists():
             shutil.copy2(final / f, ship / f)
-    write_json(ship / "card.json", {"eval_buyer": "smollm2_grpo", "eval_file": "eval_smollm2.json",
-                                    "curves": ["sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"],
-                                    "before_after": "before_after_smollm2.json"})
+    write_json(ship / "card.json", card)
     made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
                      for d in done if d["stage"] in ("sft", "grpo"))
     (ship / "PROVENANCE.md").write_text(
-        f"# grpo-smollm2\n\nA LoRA adapter over SmolLM2-135M-Instruct after SFT on expert games and GRPO against the "
-        f"scripted seller mix, copied from `{relative(str(final))}` by `python training/pipeline.py --model "
-        f"smollm2-135m`. Made by:\n\n{made}\n\nIts evaluations are the `smollm2_grpo` rows of "
-        "`artifacts/eval_smollm2.json`; each stage's commit, code and wall time are in "
-        "`artifacts/pipeline_smollm2.json`.\n")
+        f"# {ship.name}\n\n{what}, copied from `{relative(str(final))}` by `python training/pipeline.py {flags}`. "
+        f"Made by:\n\n{made}\n\n{rows}\n")
 
 
 STAGE_MARK = "pipeline_command.txt"  # in a stage's --output_dir: the command that wrote its checkpoints
