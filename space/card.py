@@ -78,7 +78,7 @@ def card_facts(folder: str | Path) -> dict:
             "date": prov.get("date")})
     if extra.get("eval_policy"):  # a market lab: its rows, one per task, in the market evaluation
         facts.update(eval_policy=extra["eval_policy"], eval_file=extra.get("eval_file", "eval_market.json"),
-                     eval_buyer=None, eval_seller=None, evaluation=None, before_after=None)
+                     eval_buyer=None, eval_seller=None, evaluation=None, before_after=extra.get("before_after"))
         facts["market_rows"] = [r for r in (F.read_artifact(facts["eval_file"]) or {}).get("rows", [])
                                 if r.get("policy") == facts["eval_policy"]]
         return facts

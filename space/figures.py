@@ -613,12 +613,67 @@ def market_rounds_chart(series: dict | None) -> go.Figure:
     return fig
 
 
-def market_table(name: str = MARKET_EVAL) -> list[list]:
-    out = []
-    for r in market_rows(name):
-        lo, hi = r["reward_ci95"]
-        out.append([r["policy"], r["task"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
-                    _f(r["reward_std"], "{:.3f}"), _f(r["job_completion_rate"], "{:.1%}"), _f(r["deal_rate"], "{:.1%}"),
-                    _f(r["coalition_bought_rate"], "{:.1%}"), _f(r.get("pitch_score_mean"), "{:.2f}"),
-                    _f(r["invalid_rate"], "{:.1%}")])
+def market_same_seeds(name: str = MARKET_EVAL) -> dict[str, list[dict]]:
+    """Per task, every model lab's row (a policy that is not scripted) beside the scripted rows played on the same
+    held-out seeds: the artifact's own rows where the model played all of them, else the ``same_seeds`` rows that
+    came with it (``--include_rows``). Tasks without a model row are left out."""
+    from env.market import POLICIES  # noqa: PLC0415
+
+    data = read_artifact(name) or {}
+    rows = data.get("rows", [])
+    out: dict[str, list[dict]] = {}
+    for task in dict.fromkeys(r["task"] for r in rows):
+        models = [r for r in rows if r["task"] == task and r["policy"] not in POLICIES]
+        if not models:
+            continue
+        scripted = [r for r in rows if r["task"] == task and r["policy"] in POLICIES]
+        for block in data.get("same_seeds", []):
+            if any(m.get("from_artifact") == block["from_artifact"] and m.get("episodes_subset") for m in models):
+                scripted = [r for r in block["rows"] if r["task"] == task]
+        out[task] = [*models, *(r for r in scripted if r["episodes"] == models[0]["episodes"])]
     return out
+
+
+def market_trained_bars(name: str = MARKET_EVAL) -> go.Figure:
+    """One panel per task: the model labs (red: untrained to RL) beside every scripted policy on the same seeds, 95%
+    CIs as whiskers."""
+    from env.market import POLICIES  # noqa: PLC0415
+
+    tasks = market_same_seeds(name)
+    if not tasks:
+        return _empty("GPU market: the trained lab vs the scripted policies",
+                      f"no model lab rows in artifacts/{name} yet (python training/pipeline.py --env market "
+                      "--model smollm2-135m --preset full)")
+    fig = make_subplots(rows=1, cols=len(tasks), shared_yaxes=True,
+                        subplot_titles=[f"{t} ({rows[0]['episodes']} seeds)" for t, rows in tasks.items()])
+    for col, (task, rows) in enumerate(tasks.items(), start=1):
+        fig.add_bar(x=[r["policy"] for r in rows], y=[r["reward_mean"] for r in rows], showlegend=False,
+                    marker_color=["#d62728" if r["policy"] not in POLICIES else "#7f7f7f" for r in rows],
+                    customdata=[[r["episodes"], *r["reward_ci95"], r["invalid_rate"]] for r in rows],
+                    hovertemplate="%{x}: %{y:+.3f} [%{customdata[1]:+.3f}, %{customdata[2]:+.3f}], %{customdata[0]} "
+                                  "seeds, invalid actions %{customdata[3]:.1%}<extra>" + task + "</extra>",
+                    error_y={"type": "data", "symmetric": False,
+                             "array": [r["reward_ci95"][1] - r["reward_mean"] for r in rows],
+                             "arrayminus": [r["reward_mean"] - r["reward_ci95"][0] for r in rows]},
+                    row=1, col=col)
+    fig.update_yaxes(title_text="lab 0 reward (95% CI)", row=1, col=1)
+    fig.update_layout(title="The trained lab (red) vs every scripted policy (grey) on the same held-out seeds",
+                      height=440)
+    return fig
+
+
+def market_trained_table(name: str = MARKET_EVAL) -> list[list]:
+    """``market_same_seeds`` as table rows (the columns of ``MARKET_COLUMNS``)."""
+    return [_market_row(r) for rows in market_same_seeds(name).values() for r in rows]
+
+
+def _market_row(r: dict) -> list:
+    lo, hi = r["reward_ci95"]
+    return [r["policy"], r["task"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
+            _f(r["reward_std"], "{:.3f}"), _f(r["job_completion_rate"], "{:.1%}"), _f(r["deal_rate"], "{:.1%}"),
+            _f(r["coalition_bought_rate"], "{:.1%}"), _f(r.get("pitch_score_mean"), "{:.2f}"),
+            _f(r["invalid_rate"], "{:.1%}")]
+
+
+def market_table(name: str = MARKET_EVAL) -> list[list]:
+    return [_market_row(r) for r in market_rows(name)]

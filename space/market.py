@@ -346,6 +346,61 @@ def showcase_seed(task: str = "coalition_market", policy: str = "expert", limit:
     return 0
 
 
+# ---------------------------------------------------------------------- before vs after (stored games)
+BEFORE_AFTER_RULE = ("The seed shown first for each task is chosen by a rule, not by hand: of the held-out seeds "
+                     "every lab played, the one where training changed lab 0's reward most (the largest |reward of "
+                     "the RL lab − reward of the untrained one|; a tie goes to the lowest seed).")
+
+
+def side_by_side(name: str | None) -> dict[str, dict[int, dict[str, dict]]]:
+    """The stored games of transcript artifact ``name`` that can be read side by side: task -> seed -> policy ->
+    game, for the seeds where a model lab and at least one other policy played (``evaluate.py --env market
+    --transcript_seeds``). Model labs come first, in the file's order, then the scripted policies."""
+    from space import figures as F  # noqa: PLC0415
+
+    games: dict[str, dict[int, dict[str, dict]]] = {}
+    for t in F.transcripts(name) if name else []:
+        games.setdefault(t["task"], {}).setdefault(t["seed"], {})[t["policy"]] = t
+    out = {}
+    for task, seeds in games.items():
+        kept = {}
+        for seed in sorted(seeds):
+            g = seeds[seed]
+            models = [p for p in g if p not in POLICIES]
+            if models and len(g) >= 2:
+                kept[seed] = {p: g[p] for p in [*models, *(p for p in g if p in POLICIES)]}
+        if kept:
+            out[task] = kept
+    return out
+
+
+def before_after_pair(policies) -> tuple[str, str]:
+    """The untrained and the RL lab among ``policies`` (by their ``_base`` and ``_grpo`` names; else the first and the
+    last model lab)."""
+    models = [p for p in policies if p not in POLICIES]
+    before = next((p for p in models if p.endswith("_base")), models[0])
+    after = next((p for p in models if p.endswith("_grpo")), models[-1])
+    return before, after
+
+
+def before_after_seed(seeds: dict[int, dict[str, dict]]) -> int:
+    """The seed ``BEFORE_AFTER_RULE`` picks among ``seeds`` (one task of ``side_by_side``)."""
+    def change(seed):
+        g = seeds[seed]
+        before, after = before_after_pair(g)
+        return abs(g[after]["outcomes"][0]["reward"] - g[before]["outcomes"][0]["reward"]), -seed
+    return max(seeds, key=change)
+
+
+def stored_game_markdown(game: dict) -> str:
+    """One stored game (an evaluation transcript) as the page shows a finished game: lab 0's reward, then the
+    rounds, pitches, coalitions and every lab's outcome."""
+    out = game["outcomes"][0]
+    state = from_one({**game, "rounds": TASKS[game["task"]].rounds, "done": True, "labs_info": game["labs"]})
+    return (f"**{game['policy']}** in lab 0: reward **{out['reward']:+.3f}**, {out['jobs_completed']}/{out['jobs']} "
+            f"job(s) done, {out['deals']} deal(s), {out['invalid']} refused action(s).\n\n" + rounds_markdown(state))
+
+
 def _holdings(match: MarketMatch) -> tuple[list[float], list[float]]:
     """Each lab's money and the GPU-hours of the blocks it owns, now."""
     w = match.env.world

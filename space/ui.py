@@ -22,7 +22,7 @@ from space.api import API, CHALLENGES, GAMES, MARKETS, QUEUED, SELLER_MIX, gradi
 from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sources, choices, view
 from space.card import card_facts, model_card
 from space.challenge import NOTICE, REFERENCE
-from space.model import ENV_VAR, model_label, model_path, model_roles
+from space.model import ENV_VAR, market_model_path, model_label, model_path, model_roles
 
 PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
 
@@ -451,6 +451,75 @@ def _market_tab(demo: gr.Blocks) -> None:
     m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_chart, m_controls],
                  api_visibility="private")
     demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
+    gr.Markdown("### The trained lab beside the scripted policies, on the same held-out seeds")
+    m_trained = gr.Plot(label="trained vs scripted, per task", elem_id="market-trained")
+    m_trained_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows on the same seeds",
+                                   wrap=True, max_height=100_000, elem_id="market-trained-table")
+    demo.load(lambda: (F.market_trained_bars(), F.market_trained_table()), None, [m_trained, m_trained_table],
+              api_visibility="private")
+    _market_before_after(demo)
+
+
+def market_before_after_file() -> str | None:
+    """The stored games of the market lab in the seat (its card's ``before_after``: the model labs' and the expert's
+    games on the first held-out seeds of each task), or None when no market lab is shipped."""
+    path = market_model_path()
+    return card_facts(path).get("before_after") if path and Path(path).is_dir() else None
+
+
+def _seed_choices(seeds: dict) -> list[tuple[str, int]]:
+    out = []
+    for seed, g in seeds.items():
+        before, after = M.before_after_pair(g)
+        change = g[after]["outcomes"][0]["reward"] - g[before]["outcomes"][0]["reward"]
+        out.append((f"seed {seed} · {after} − {before}: {change:+.3f}", seed))
+    return out
+
+
+def ui_market_before_after(task: str, seed, slots: list[str]):
+    """Every lab-0 policy's game on one held-out seed of ``task``: a summary table, then one column per policy."""
+    games = M.side_by_side(market_before_after_file()).get(task, {})
+    g = games.get(int(seed)) if seed is not None and str(seed) != "" else None
+    if not g:
+        return ("No stored game for this task and seed.", *[""] * len(slots))
+    rows = "\n".join(f"| {p} | {t['outcomes'][0]['reward']:+.3f} | {t['outcomes'][0]['deals']} | "
+                     f"{t['outcomes'][0]['jobs_completed']}/{t['outcomes'][0]['jobs']} | {t['outcomes'][0]['invalid']} |"
+                     for p, t in g.items())
+    summary = (f"**{task}, held-out seed {seed}**: lab 0's reward under each policy (greedy), the other labs the "
+               f"world's scripted archetypes.\n\n| lab 0 | reward | deals | jobs done | refused actions |\n"
+               f"|---|---|---|---|---|\n{rows}\n\nFrom `artifacts/{market_before_after_file()}`.")
+    return (summary, *[M.stored_game_markdown(g[p]) if p in g else f"*{p} did not play this seed.*" for p in slots])
+
+
+def _market_before_after(demo: gr.Blocks) -> None:
+    """Before vs after in the market: the untrained, SFT and RL labs and the expert on the same held-out seed."""
+    gr.Markdown("### Before vs after: lab 0 on one held-out seed")
+    name = market_before_after_file()
+    games = M.side_by_side(name)
+    if not games:
+        gr.Markdown("No trained market lab's games are shipped yet: `python training/pipeline.py --env market --model "
+                    "smollm2-135m --preset full` stores them (`--transcript_seeds`) and ships the adapter.")
+        return
+    gr.Markdown("The same task and seed (jobs, budgets, counterparts and shocks all drawn from the seed) played with "
+                "each lab-0 policy in turn. " + M.BEFORE_AFTER_RULE)
+    slots = list(dict.fromkeys(p for seeds in games.values() for g in seeds.values() for p in g))
+    first = next(iter(games))
+    with gr.Row():
+        task = gr.Dropdown(list(games), value=first, label="Task", elem_id="market-ba-task")
+        seed = gr.Dropdown(_seed_choices(games[first]), value=M.before_after_seed(games[first]),
+                           label="Held-out seed", elem_id="market-ba-seed")
+    summary = gr.Markdown(elem_id="market-ba-summary")
+    with gr.Row():
+        cols = [gr.Markdown(elem_id=f"market-ba-{k}") for k in range(len(slots))]
+    show = functools.partial(ui_market_before_after, slots=slots)
+
+    def pick_task(t):
+        seeds = M.side_by_side(market_before_after_file()).get(t, {})
+        best = M.before_after_seed(seeds) if seeds else None
+        return gr.update(choices=_seed_choices(seeds), value=best)
+    task.change(pick_task, task, seed, api_visibility="private")
+    seed.change(show, [task, seed], [summary, *cols], api_visibility="private")
+    demo.load(show, [task, seed], [summary, *cols], api_visibility="private")
 
 
 def _evaluation_tab(demo: gr.Blocks) -> None:

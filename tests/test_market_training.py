@@ -177,6 +177,36 @@ def test_market_evaluation_needs_something_to_evaluate(capsys):
     assert "nothing to evaluate" in capsys.readouterr().err
 
 
+def test_the_market_evaluation_stores_every_lab_on_the_first_seeds_to_read_side_by_side(tiny_dir, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """--transcript_seeds N: the model lab's games and the expert's on each task's first N held-out seeds go to the
+    transcripts (the expert's exactly as the harness plays it), one record per task, seed and policy."""
+    from env.market.evaluation import MARKET_EVAL_SEED_BASE, transcript
+    from space import figures as F
+    from space import market as M
+    out = tmp_path / "t.jsonl"
+    art = evaluate.main(["--env", "market", "--policies", "expert,idle", "--models", f"lm={tiny_dir}", "--tasks",
+                         "single_trade", "--episodes", "3", "--batch_size", "3", "--max_new_tokens", "16",
+                         "--transcript_seeds", "3", "--transcripts", str(out), "--out", "", "--progress", "false"])
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    keys = [(r["task"], r["seed"], r["policy"]) for r in records]
+    assert len(keys) == len(set(keys))
+    seeds = [MARKET_EVAL_SEED_BASE + k for k in range(3)]
+    assert {("single_trade", s, p) for s in seeds for p in ("lm", "expert")} <= set(keys)
+    assert not any(p == "idle" and s in seeds for _t, s, p in keys)  # only the expert among the scripted policies
+    expert = next(r for r in records if r["seed"] == seeds[1] and r["policy"] == "expert")
+    assert expert == json.loads(json.dumps(transcript(play_market("single_trade", seeds[1], make_policy("expert")),
+                                                      "expert")))
+    lm = [r["outcomes"][0]["reward"] for r in records if r["policy"] == "lm"]
+    (row,) = [r for r in art["rows"] if r["policy"] == "lm"]
+    assert len(lm) == 3 and sum(lm) / 3 == pytest.approx(row["reward_mean"])  # the very games of its row
+    monkeypatch.setattr(F, "ARTIFACTS", tmp_path)
+    assert list(M.side_by_side("t.jsonl")["single_trade"]) == seeds
+    with pytest.raises(SystemExit):
+        evaluate.main(["--env", "market", "--policies", "expert", "--episodes", "3", "--transcript_seeds", "4"])
+    assert "--transcript_seeds must be from 0 to --episodes (3), got 4" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_a_model_game_replays_from_its_recorded_actions(tiny, task):
     """What the evaluation cache keeps (lab 0's actions as handed over) is enough to play the game again exactly;
@@ -273,6 +303,7 @@ def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp
     assert float(full["grpo"][full["grpo"].index("--beta") + 1]) > 0  # held near its SFT start, as the bilateral RL
     ev = full["evaluate"]
     assert ev[ev.index("--temperature") + 1] == "0" and "--cell_cache" in ev
+    assert int(ev[ev.index("--transcript_seeds") + 1]) > 0  # every lab's games on the first seeds: the Space's before/after
     join = full["join_evaluate"]
     assert join[join.index("--include_rows") + 1].split(",") == [str(tmp_path / "art" / "eval_smollm2_market.json"),
                                                                  str(tmp_path / "art" / "eval_market.json")]

@@ -235,3 +235,68 @@ def test_the_trained_lab_plays_lab_0_in_the_space_only_where_there_is_one(monkey
     agent = LLMAgent(TransformersBackend(model, tok, greedy), "option_a")
     engine = play_market_episodes([("single_trade", 3)], agent)[0].env
     assert st["steps"] == from_one(engine.transcript), "the page's model lab plays as the evaluation's engine"
+
+
+def _game(task: str, seed: int, policy: str, reward: float) -> dict:
+    """A stored market game: the expert's real game on the seed, relabelled with ``policy`` and lab 0's ``reward``."""
+    from env.market.evaluation import transcript
+    t = transcript(play_market(task, seed, make_policy("expert")), policy)
+    t["outcomes"][0]["reward"] = reward
+    return t
+
+
+def test_the_market_before_after_seed_follows_its_rule_and_shows_every_lab_on_one_seed(tmp_path, monkeypatch):
+    """Seeds where a model lab and another policy played are kept (model labs first); the default seed is the
+    largest |RL - untrained| reward change, a tie going to the lowest seed; a game renders with rounds from 1."""
+    from space import figures as F
+    from space import market as M
+    games = [_game("single_trade", 5, "expert", 0.5), _game("single_trade", 5, "m_base", -0.2),
+             _game("single_trade", 5, "m_sft", 0.1), _game("single_trade", 5, "m_grpo", 0.0),  # change 0.2
+             _game("single_trade", 7, "m_base", 0.0), _game("single_trade", 7, "m_grpo", 0.6),  # 0.6: the pick
+             _game("single_trade", 9, "m_grpo", -0.6), _game("single_trade", 9, "m_base", 0.0),  # 0.6: tie, later
+             _game("single_trade", 11, "m_grpo", 0.9),  # one policy only: not side by side
+             _game("market_round", 2, "expert", 0.3)]  # no model lab on it
+    monkeypatch.setattr(F, "ARTIFACTS", tmp_path)
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
+    sides = M.side_by_side("t.jsonl")
+    assert list(sides) == ["single_trade"] and list(sides["single_trade"]) == [5, 7, 9]
+    assert list(sides["single_trade"][5]) == ["m_base", "m_sft", "m_grpo", "expert"]
+    assert M.before_after_pair(sides["single_trade"][5]) == ("m_base", "m_grpo")
+    assert M.before_after_seed(sides["single_trade"]) == 7
+    md = M.stored_game_markdown(sides["single_trade"][5]["expert"])
+    assert "**expert** in lab 0: reward **+0.500**" in md and "Round 1 of 4" in md and "Round 0" not in md
+    assert M.side_by_side(None) == {} and M.side_by_side("absent.jsonl") == {}
+    from space import ui
+    monkeypatch.setattr(ui, "market_before_after_file", lambda: "t.jsonl")
+    summary, *cols = ui.ui_market_before_after("single_trade", 5, slots=["m_base", "m_grpo", "expert", "other"])
+    assert "| m_base | -0.200 |" in summary and "| expert | +0.500 |" in summary and "t.jsonl" in summary
+    assert "**m_grpo** in lab 0" in cols[1] and "other did not play this seed" in cols[3]
+    assert [seed for _label, seed in ui._seed_choices(sides["single_trade"])] == [5, 7, 9]
+
+
+def test_the_trained_lab_is_charted_beside_the_scripted_rows_of_its_own_seeds(tmp_path, monkeypatch):
+    """A model row joined from a shorter evaluation is drawn and tabled beside the scripted rows of those same
+    seeds (the ``same_seeds`` block), never beside the 500-seed ones; an artifact without model rows says so."""
+    from space import figures as F
+
+    def row(policy, task, episodes, reward):
+        return {"policy": policy, "task": task, "episodes": episodes, "reward_mean": reward, "reward_std": 0.1,
+                "reward_ci95": [reward - 0.05, reward + 0.05], "job_completion_rate": 0.5, "deal_rate": 0.5,
+                "coalition_bought_rate": 0.0, "pitch_score_mean": None, "invalid_rate": 0.01}
+    joined = {"rows": [row("expert", "single_trade", 500, 0.7), row("idle", "single_trade", 500, 0.0),
+                       {**row("lm_grpo", "single_trade", 50, 0.4), "from_artifact": "artifacts/x.json",
+                        "episodes_subset": "the first 50 of these 500"}],
+              "same_seeds": [{"from_artifact": "artifacts/x.json", "episodes": 50,
+                              "rows": [row("expert", "single_trade", 50, 0.65), row("idle", "single_trade", 50, 0.0)]}]}
+    monkeypatch.setattr(F, "ARTIFACTS", tmp_path)
+    (tmp_path / "m.json").write_text(json.dumps(joined))
+    same = F.market_same_seeds("m.json")
+    assert [(r["policy"], r["episodes"], r["reward_mean"]) for r in same["single_trade"]] == [
+        ("lm_grpo", 50, 0.4), ("expert", 50, 0.65), ("idle", 50, 0.0)]
+    fig = F.market_trained_bars("m.json")
+    assert list(fig.data[0].x) == ["lm_grpo", "expert", "idle"] and fig.data[0].marker.color[0] != fig.data[0].marker.color[1]
+    assert [r[:3] for r in F.market_trained_table("m.json")] == [["lm_grpo", "single_trade", 50],
+                                                                ["expert", "single_trade", 50], ["idle", "single_trade", 50]]
+    (tmp_path / "s.json").write_text(json.dumps({"rows": joined["rows"][:2]}))
+    assert F.market_same_seeds("s.json") == {}
+    assert "no model lab rows" in F.market_trained_bars("s.json").layout.annotations[0].text

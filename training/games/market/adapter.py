@@ -108,6 +108,7 @@ class MarketGame:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
         from env.market.evaluation import evaluate, summarize, transcript  # noqa: PLC0415
+        from env.market.play import play_market  # noqa: PLC0415
         from env.market.players import make_policy  # noqa: PLC0415
         from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
 
@@ -117,6 +118,7 @@ class MarketGame:
             rows, judged = evaluate(config.task_names, {p: (lambda p=p: make_policy(p)) for p in config.policy_names},
                                     config.episodes, config.seed_base, on_episode=lambda: bar.update(1))
             cache = _cell_cache(config, sampling)
+            side_by_side = []  # (policy, env): the first --transcript_seeds games of every model lab, and the expert's
             for name, path in config.model_paths.items():
                 agent = None  # loaded when a batch is not in the cache
                 for task in config.task_names:
@@ -140,6 +142,10 @@ class MarketGame:
                                                           for r in records]})
                     rows.append(summarize(task, name, envs))
                     judged.setdefault(task, (name, envs[0]))
+                    side_by_side += [(name, env) for env in envs[:config.transcript_seeds]]
+            if config.model_paths and config.transcript_seeds:
+                side_by_side += [("expert", play_market(task, config.seed_base + k, make_policy("expert")))
+                                 for task in config.task_names for k in range(config.transcript_seeds)]
         cfg = {k: v for k, v in asdict(config).items() if k != "progress"}
         if config.model_paths:
             cfg["sampling"] = asdict(sampling)
@@ -153,8 +159,9 @@ class MarketGame:
                              "this evaluation")
         if config.out:
             write_json(config.out, artifact)
-        if config.transcripts and judged:
-            write_jsonl(config.transcripts, [transcript(env, policy) for policy, env in judged.values()])
+        if config.transcripts and (judged or side_by_side):
+            games = {(env.world.task.name, env.world.seed, policy): env for policy, env in [*judged.values(), *side_by_side]}
+            write_jsonl(config.transcripts, [transcript(env, policy) for (_t, _s, policy), env in games.items()])
         return artifact
 
     @staticmethod
@@ -163,7 +170,7 @@ class MarketGame:
 
 
 # options that do not change a model batch's episodes: left out of its cell key
-NOT_IN_CELL_KEY = ("out", "transcripts", "progress", "tasks", "policies", "episodes", "models", "cell_cache",
+NOT_IN_CELL_KEY = ("out", "transcripts", "transcript_seeds", "progress", "tasks", "policies", "episodes", "models", "cell_cache",
                    "include_rows", "batch_size")
 
 

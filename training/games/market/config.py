@@ -30,6 +30,10 @@ class MarketEvalArgs(EvalArgs):
                 "read-back): a rerun with the same settings and weights reads them back, so an evaluation longer "
                 "than a session resumes ('' = none; the key holds no prompt text: after a prompt change, a new "
                 "file)"})
+    transcript_seeds: int = field(default=0, metadata={
+        "help": "market: also write to --transcripts every model lab's games and the expert's on each task's first N "
+                "held-out seeds, so one seed can be read side by side (the Space's before/after game); 0 = only one "
+                "judged game per task"})
     include_rows: str = field(default="", metadata={
         "help": "market: comma list of earlier market artifacts whose model rows join this one (same seed base; a "
                 "row on fewer seeds says so, and that artifact's scripted rows on the same seeds come along under "
@@ -46,5 +50,8 @@ class MarketEvalArgs(EvalArgs):
         self.model_paths = dict(name_path(x.strip(), "--models", POLICIES) for x in self.models.split(",") if x.strip())
         if not self.policy_names and not self.model_paths and not self.include_rows:
             raise ValueError("nothing to evaluate: give --policies or --models")
+        if self.transcript_seeds < 0 or self.transcript_seeds > self.episodes:
+            raise ValueError(f"--transcript_seeds must be from 0 to --episodes ({self.episodes}), "
+                             f"got {self.transcript_seeds}")
         if self.episodes < 2:
             raise ValueError(f"--episodes must be at least 2 (a spread needs two), got {self.episodes}")
