@@ -5,7 +5,7 @@ A checkpoint folder may hold ``card.json`` naming its evaluation row (``eval_buy
 that is not the seller mix of ``eval_results.json``: ``eval_file`` and ``eval_seller``, as for a
 model seller, whose row is a buyer playing against it), its training curves (``curves``,
 artifact file names) and its family's before-vs-after games (``before_after``, default
-``before_after.json``); without it they follow from its lineage (the row of its last training
+``before_after.json``; a market lab's stored games on the same seeds: ``market_before_after``); without it they follow from its lineage (the row of its last training
 stage, and ``<stage>_training_curve.json`` for each stage). Every number comes from a file:
 parameters from the safetensors headers, steps, wall time and hardware from each curve's
 provenance, the row from the evaluation artifact.
@@ -78,7 +78,8 @@ def card_facts(folder: str | Path) -> dict:
             "date": prov.get("date")})
     if extra.get("eval_policy"):  # a market lab: its rows, one per task, in the market evaluation
         facts.update(eval_policy=extra["eval_policy"], eval_file=extra.get("eval_file", "eval_market.json"),
-                     eval_buyer=None, eval_seller=None, evaluation=None, before_after=extra.get("before_after"))
+                     eval_buyer=None, eval_seller=None, evaluation=None, before_after=None,
+                     market_before_after=extra.get("market_before_after"))
         facts["market_rows"] = [r for r in (F.read_artifact(facts["eval_file"]) or {}).get("rows", [])
                                 if r.get("policy") == facts["eval_policy"]]
         return facts

@@ -614,23 +614,24 @@ def market_rounds_chart(series: dict | None) -> go.Figure:
 
 
 def market_same_seeds(name: str = MARKET_EVAL) -> dict[str, list[dict]]:
-    """Per task, every model lab's row (a policy that is not scripted) beside the scripted rows played on the same
-    held-out seeds: the artifact's own rows where the model played all of them, else the ``same_seeds`` rows that
-    came with it (``--include_rows``). Tasks without a model row are left out."""
+    """Per task, every model lab's row (a policy that is not scripted) followed by the scripted rows played on the
+    same held-out seeds: the artifact's own rows where the model played as many seeds, else the ``same_seeds`` rows
+    that came with it (``--include_rows``); models from different sources or seed counts each get their own scripted
+    rows. Tasks without a model row are left out."""
     from env.market import POLICIES  # noqa: PLC0415
 
     data = read_artifact(name) or {}
     rows = data.get("rows", [])
+    blocks = {b["from_artifact"]: b["rows"] for b in data.get("same_seeds", [])}
+    source = lambda r: (r.get("from_artifact") if r.get("episodes_subset") else None, r["episodes"])  # noqa: E731
     out: dict[str, list[dict]] = {}
     for task in dict.fromkeys(r["task"] for r in rows):
         models = [r for r in rows if r["task"] == task and r["policy"] not in POLICIES]
-        if not models:
-            continue
-        scripted = [r for r in rows if r["task"] == task and r["policy"] in POLICIES]
-        for block in data.get("same_seeds", []):
-            if any(m.get("from_artifact") == block["from_artifact"] and m.get("episodes_subset") for m in models):
-                scripted = [r for r in block["rows"] if r["task"] == task]
-        out[task] = [*models, *(r for r in scripted if r["episodes"] == models[0]["episodes"])]
+        for key in dict.fromkeys(map(source, models)):
+            scripted = blocks.get(key[0], []) if key[0] else rows
+            out.setdefault(task, []).extend([*(m for m in models if source(m) == key),
+                                             *(r for r in scripted if r["task"] == task and r["policy"] in POLICIES
+                                               and r["episodes"] == key[1])])
     return out
 
 
@@ -645,9 +646,11 @@ def market_trained_bars(name: str = MARKET_EVAL) -> go.Figure:
                       f"no model lab rows in artifacts/{name} yet (python training/pipeline.py --env market "
                       "--model smollm2-135m --preset full)")
     fig = make_subplots(rows=1, cols=len(tasks), shared_yaxes=True,
-                        subplot_titles=[f"{t} ({rows[0]['episodes']} seeds)" for t, rows in tasks.items()])
+                        subplot_titles=[t + (f" ({rows[0]['episodes']} seeds)" if len({r["episodes"] for r in rows}) == 1
+                                                else "") for t, rows in tasks.items()])
     for col, (task, rows) in enumerate(tasks.items(), start=1):
-        fig.add_bar(x=[r["policy"] for r in rows], y=[r["reward_mean"] for r in rows], showlegend=False,
+        several = len({r["episodes"] for r in rows}) > 1  # rows on different seed counts: say which is which
+        fig.add_bar(x=[f"{r['policy']} ({r['episodes']} seeds)" if several else r["policy"] for r in rows], y=[r["reward_mean"] for r in rows], showlegend=False,
                     marker_color=["#d62728" if r["policy"] not in POLICIES else "#7f7f7f" for r in rows],
                     customdata=[[r["episodes"], *r["reward_ci95"], r["invalid_rate"]] for r in rows],
                     hovertemplate="%{x}: %{y:+.3f} [%{customdata[1]:+.3f}, %{customdata[2]:+.3f}], %{customdata[0]} "

@@ -354,8 +354,9 @@ BEFORE_AFTER_RULE = ("The seed shown first for each task is chosen by a rule, no
 
 def side_by_side(name: str | None) -> dict[str, dict[int, dict[str, dict]]]:
     """The stored games of transcript artifact ``name`` that can be read side by side: task -> seed -> policy ->
-    game, for the seeds where a model lab and at least one other policy played (``evaluate.py --env market
-    --transcript_seeds``). Model labs come first, in the file's order, then the scripted policies."""
+    game, for the seeds where every model lab of the task played, beside the scripted policies that played all of
+    those seeds too (``evaluate.py --env market --transcript_seeds``: the expert); a task needs two policies to
+    compare. Model labs come first, in the file's order, then the scripted policies."""
     from space import figures as F  # noqa: PLC0415
 
     games: dict[str, dict[int, dict[str, dict]]] = {}
@@ -363,15 +364,14 @@ def side_by_side(name: str | None) -> dict[str, dict[int, dict[str, dict]]]:
         games.setdefault(t["task"], {}).setdefault(t["seed"], {})[t["policy"]] = t
     out = {}
     for task, seeds in games.items():
-        kept = {}
-        for seed in sorted(seeds):
-            g = seeds[seed]
-            models = [p for p in g if p not in POLICIES]
-            if models and len(g) >= 2:
-                kept[seed] = {p: g[p] for p in [*models, *(p for p in g if p in POLICIES)]}
-        if kept:
-            out[task] = kept
-    return out
+        models = list(dict.fromkeys(p for g in seeds.values() for p in g if p not in POLICIES))
+        both = [seed for seed in sorted(seeds) if models and all(m in seeds[seed] for m in models)]
+        # a scripted policy is a column where it played every one of those seeds (a task's one judged game is not)
+        scripted = [p for p in dict.fromkeys(p for s in both for p in seeds[s] if p in POLICIES)
+                    if all(p in seeds[s] for s in both)]
+        if both and (scripted or len(models) >= 2):
+            out[task] = {seed: {p: seeds[seed][p] for p in [*models, *scripted]} for seed in both}
+    return {task: kept for task, kept in out.items() if kept}
 
 
 def before_after_pair(policies) -> tuple[str, str]:

@@ -464,7 +464,7 @@ def market_before_after_file() -> str | None:
     """The stored games of the market lab in the seat (its card's ``before_after``: the model labs' and the expert's
     games on the first held-out seeds of each task), or None when no market lab is shipped."""
     path = market_model_path()
-    return card_facts(path).get("before_after") if path and Path(path).is_dir() else None
+    return card_facts(path).get("market_before_after") if path and Path(path).is_dir() else None
 
 
 def _seed_choices(seeds: dict) -> list[tuple[str, int]]:
@@ -517,7 +517,9 @@ def _market_before_after(demo: gr.Blocks) -> None:
         seeds = M.side_by_side(market_before_after_file()).get(t, {})
         best = M.before_after_seed(seeds) if seeds else None
         return gr.update(choices=_seed_choices(seeds), value=best)
-    task.change(pick_task, task, seed, api_visibility="private")
+    # a new task may keep the same seed (a dropdown fires no change then): redraw after the seed list is set
+    task.change(pick_task, task, seed, api_visibility="private").then(show, [task, seed], [summary, *cols],
+                                                                      api_visibility="private")
     seed.change(show, [task, seed], [summary, *cols], api_visibility="private")
     demo.load(show, [task, seed], [summary, *cols], api_visibility="private")
 

@@ -246,32 +246,38 @@ def _game(task: str, seed: int, policy: str, reward: float) -> dict:
 
 
 def test_the_market_before_after_seed_follows_its_rule_and_shows_every_lab_on_one_seed(tmp_path, monkeypatch):
-    """Seeds where a model lab and another policy played are kept (model labs first); the default seed is the
-    largest |RL - untrained| reward change, a tie going to the lowest seed; a game renders with rounds from 1."""
+    """Seeds where every model lab played are kept, model labs first, beside the scripted policies that played all of
+    them (not a task's one judged game); the default seed is the largest |RL - untrained| reward change, a tie going
+    to the lowest seed; a stored game renders with rounds counted from 1."""
     from space import figures as F
     from space import market as M
-    games = [_game("single_trade", 5, "expert", 0.5), _game("single_trade", 5, "m_base", -0.2),
-             _game("single_trade", 5, "m_sft", 0.1), _game("single_trade", 5, "m_grpo", 0.0),  # change 0.2
-             _game("single_trade", 7, "m_base", 0.0), _game("single_trade", 7, "m_grpo", 0.6),  # 0.6: the pick
-             _game("single_trade", 9, "m_grpo", -0.6), _game("single_trade", 9, "m_base", 0.0),  # 0.6: tie, later
-             _game("single_trade", 11, "m_grpo", 0.9),  # one policy only: not side by side
+    from space import ui
+    st = "single_trade"
+    games = [_game(st, 5, "expert", 0.5), _game(st, 5, "m_base", -0.2), _game(st, 5, "m_sft", 0.1),
+             _game(st, 5, "m_grpo", 0.0),  # change +0.2
+             _game(st, 7, "m_base", 0.0), _game(st, 7, "m_sft", 0.0), _game(st, 7, "m_grpo", 0.6),  # +0.6
+             _game(st, 7, "expert", 0.4), _game(st, 7, "idle", 0.0),  # idle: this seed only (a judged game)
+             _game(st, 9, "m_grpo", -0.7), _game(st, 9, "m_base", 0.0), _game(st, 9, "m_sft", 0.0),  # -0.7: the pick
+             _game(st, 9, "expert", 0.2),
+             _game(st, 11, "m_grpo", 0.9), _game(st, 11, "expert", 0.9),  # not every model lab: left out
              _game("market_round", 2, "expert", 0.3)]  # no model lab on it
     monkeypatch.setattr(F, "ARTIFACTS", tmp_path)
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(g) + "\n" for g in games))
     sides = M.side_by_side("t.jsonl")
-    assert list(sides) == ["single_trade"] and list(sides["single_trade"]) == [5, 7, 9]
-    assert list(sides["single_trade"][5]) == ["m_base", "m_sft", "m_grpo", "expert"]
-    assert M.before_after_pair(sides["single_trade"][5]) == ("m_base", "m_grpo")
-    assert M.before_after_seed(sides["single_trade"]) == 7
-    md = M.stored_game_markdown(sides["single_trade"][5]["expert"])
+    assert list(sides) == [st] and list(sides[st]) == [5, 7, 9]
+    assert all(list(g) == ["m_base", "m_sft", "m_grpo", "expert"] for g in sides[st].values())
+    assert M.before_after_pair(sides[st][5]) == ("m_base", "m_grpo")
+    assert M.before_after_seed(sides[st]) == 9  # the largest change, a fall included
+    tie = {7: sides[st][7], 9: {**sides[st][9], "m_grpo": _game(st, 9, "m_grpo", -0.6)}}
+    assert M.before_after_seed(tie) == 7  # |+0.6| = |-0.6|: the lower seed
+    md = M.stored_game_markdown(sides[st][5]["expert"])
     assert "**expert** in lab 0: reward **+0.500**" in md and "Round 1 of 4" in md and "Round 0" not in md
     assert M.side_by_side(None) == {} and M.side_by_side("absent.jsonl") == {}
-    from space import ui
     monkeypatch.setattr(ui, "market_before_after_file", lambda: "t.jsonl")
-    summary, *cols = ui.ui_market_before_after("single_trade", 5, slots=["m_base", "m_grpo", "expert", "other"])
+    summary, *cols = ui.ui_market_before_after(st, 5, slots=["m_base", "m_grpo", "expert", "other"])
     assert "| m_base | -0.200 |" in summary and "| expert | +0.500 |" in summary and "t.jsonl" in summary
     assert "**m_grpo** in lab 0" in cols[1] and "other did not play this seed" in cols[3]
-    assert [seed for _label, seed in ui._seed_choices(sides["single_trade"])] == [5, 7, 9]
+    assert [seed for _label, seed in ui._seed_choices(sides[st])] == [5, 7, 9]
 
 
 def test_the_trained_lab_is_charted_beside_the_scripted_rows_of_its_own_seeds(tmp_path, monkeypatch):
@@ -297,6 +303,12 @@ def test_the_trained_lab_is_charted_beside_the_scripted_rows_of_its_own_seeds(tm
     assert list(fig.data[0].x) == ["lm_grpo", "expert", "idle"] and fig.data[0].marker.color[0] != fig.data[0].marker.color[1]
     assert [r[:3] for r in F.market_trained_table("m.json")] == [["lm_grpo", "single_trade", 50],
                                                                 ["expert", "single_trade", 50], ["idle", "single_trade", 50]]
+    # a second model lab on all 500 seeds is read beside the 500-seed scripted rows, the first beside its 50
+    joined["rows"].append(row("lm_base", "single_trade", 500, -0.2))
+    (tmp_path / "m.json").write_text(json.dumps(joined))
+    assert [(r["policy"], r["episodes"]) for r in F.market_same_seeds("m.json")["single_trade"]] == [
+        ("lm_grpo", 50), ("expert", 50), ("idle", 50), ("lm_base", 500), ("expert", 500), ("idle", 500)]
+    assert "expert (50 seeds)" in F.market_trained_bars("m.json").data[0].x
     (tmp_path / "s.json").write_text(json.dumps({"rows": joined["rows"][:2]}))
     assert F.market_same_seeds("s.json") == {}
     assert "no model lab rows" in F.market_trained_bars("s.json").layout.annotations[0].text

@@ -234,7 +234,7 @@ def ship_market_adapter(final: Path, ship: Path, done: list[dict]) -> None:
     """Copy the market GRPO LoRA adapter where the Space seats it as lab 0 (``HAGGLE_MARKET_MODEL`` overrides), with
     a card naming its rows and curves and a note of how it was made."""
     _ship_lora(final, ship, done, {"eval_policy": "smollm2_market_grpo", "eval_file": "eval_market.json",
-                                   "before_after": "transcripts/eval_smollm2_market.jsonl",
+                                   "market_before_after": "transcripts/eval_smollm2_market.jsonl",
                                    "curves": ["sft_smollm2_market_training_curve.json",
                                               "grpo_smollm2_market_training_curve.json"]},
                "A LoRA adapter over SmolLM2-135M-Instruct playing lab 0 of the GPU market: SFT on the market expert's "
