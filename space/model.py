@@ -89,7 +89,7 @@ def _backend(path: str | None = None):
         from training.engine.backends import SamplingConfig, TransformersBackend  # noqa: PLC0415
         from training.engine.models import load_model  # noqa: PLC0415
 
-        model, tokenizer = load_model(path)
+        model, tokenizer = load_model(path, merge=True)  # it only generates: an adapter folded in
         # Greedy, as the headline evaluation rows (artifacts/eval_results.json, "sampling"): the Space
         # plays the model that was evaluated, and a game replays from its seed.
         _loaded[path] = TransformersBackend(model, tokenizer, SamplingConfig(temperature=0.0))

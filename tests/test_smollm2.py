@@ -6,6 +6,7 @@ Slow (minutes): CI runs them after fetching the package's wheel in its install s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -92,6 +93,28 @@ def test_the_space_seats_a_smollm2_adapter_as_its_model(sft_run, monkeypatch):
     monkeypatch.setenv(seat.ENV_VAR, str(sft_run[0]))
     monkeypatch.setattr(seat, "_loaded", {})
     game = app.play_episode(buyer="model", seller="neutral", product=1, seed=3)
-    assert type(seat._loaded[str(sft_run[0])].model).__name__ == "PeftModelForCausalLM"
+    seated = seat._loaded[str(sft_run[0])].model  # the adapter folded into the base's weights (it only generates)
+    assert not hasattr(seated, "peft_config") and type(seated).__name__ == "LlamaForCausalLM"
     assert game["done"] and game["buyer"] == "model" and -1 <= game["outcome"]["reward"] <= 1
     assert [t["role"] for t in game["transcript"]["turns"]][0] == "buyer"
+
+
+def test_an_adapter_merged_for_generation_is_the_same_function_as_its_peft_layers(smol):
+    """load_model(merge=True): the shipped SFT adapter folded into SmolLM2's weights gives the logits of the base with
+    the adapter's PEFT layers (to float rounding) and the same greedy continuation; the base alone differs."""
+    import torch
+    adapter = Path(__file__).resolve().parent.parent / "artifacts" / "checkpoints" / "sft-smollm2"
+    layers, tok = load_model(str(adapter), device="cpu", dtype="float32")
+    merged, _ = load_model(str(adapter), device="cpu", dtype="float32", merge=True)
+    assert type(layers).__name__ == "PeftModelForCausalLM" and not hasattr(merged, "peft_config")
+    text = tok.apply_chat_template([{"role": "user", "content": "You are buying a used bike listed at $300. "
+                                     "Your budget is $250. Make your first offer."}], tokenize=False,
+                                   add_generation_prompt=True)
+    ids = tok(text, return_tensors="pt")
+    with torch.no_grad():
+        a, b, base = (m(**ids).logits[0, -1] for m in (layers, merged, smol[0]))
+        assert torch.allclose(a, b, atol=1e-3, rtol=1e-4), (a - b).abs().max()
+        assert (a - base).abs().max() > 1e-2  # the adapter changes the function: the comparison can fail
+        greedy = [m.generate(**ids, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
+                  for m in (layers, merged)]
+    assert torch.equal(greedy[0], greedy[1])

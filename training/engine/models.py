@@ -148,17 +148,21 @@ def lora_config(r: int = 16):
     return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
-def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto", trainable: bool = False):
+def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto", trainable: bool = False,
+               merge: bool = False):
     """Load any causal LM and its tokenizer (left padding, a pad token) for generation. A folder
     holding a LoRA adapter (``adapter_config.json``) loads its base model with the adapter on it
-    (``trainable``: the adapter's weights train, for a run that continues it). One load at a time:
+    (``trainable``: the adapter's weights train, for a run that continues it; ``merge``, for generation
+    only: the adapter folded into the base's weights, ``W + BA``, so each layer is one matmul rather than three
+    and a PEFT wrapper's per-layer calls; the same function to float rounding, and decoding on a CPU measured
+    about twice as fast, ``benchmarks/adapter_merge.py``). One load at a time:
     transformers' loading sets process-wide state (meta-device initialisation), so two threads
     loading at once (the Space's warm-up and a visitor's model game) can break each other."""
     with _LOAD_LOCK:
-        return _load_model(name, device, dtype, trainable)
+        return _load_model(name, device, dtype, trainable, merge)
 
 
-def _load_model(name: str, device: str | None, dtype: str, trainable: bool):
+def _load_model(name: str, device: str | None, dtype: str, trainable: bool, merge: bool = False):
     """``load_model``'s work, under its lock."""
     import torch  # noqa: PLC0415
 
@@ -181,6 +185,8 @@ def _load_model(name: str, device: str | None, dtype: str, trainable: bool):
     if adapter.is_file():
         from peft import PeftModel  # noqa: PLC0415
         model = PeftModel.from_pretrained(model, path, is_trainable=trainable)
+        if merge and not trainable:
+            model = model.merge_and_unload()
     model = model.to(device)
     model.eval()
     return model, tokenizer

@@ -41,7 +41,7 @@ def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: st
         path = resolve_model_path(model)
         backend = VLLMBackend(path, AutoTokenizer.from_pretrained(path), sampling)
     else:
-        m, tok = load_model(model, device=config.device or None)
+        m, tok = load_model(model, device=config.device or None, merge=True)  # generation only
         backend = TransformersBackend(m, tok, sampling)
     return LLMAgent(backend, reasoning_mode or config.reasoning_mode, name=label(model))
 

@@ -235,7 +235,7 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
     _set_precision(run)
     opponent = None
     if script.seller_model:
-        sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None)
+        sm, st = load_model(script.seller_model, device="cpu" if cfg.use_cpu else None, merge=True)  # frozen
         opponent = LLMAgent(TransformersBackend(sm, st, SamplingConfig(temperature=cfg.temperature)),
                             script.reasoning_mode, name="frozen-seller")
     # episodes per step across every process: TRL's sampler draws from a dataset of this length with one
