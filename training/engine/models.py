@@ -155,7 +155,7 @@ def load_model(name: str = TINY, device: str | None = None, dtype: str = "auto",
     (``trainable``: the adapter's weights train, for a run that continues it; ``merge``, for generation
     only: the adapter folded into the base's weights, ``W + BA``, so each layer is one matmul rather than three
     and a PEFT wrapper's per-layer calls; the same function to float rounding: 16 SmolLM2 games in lockstep came
-    out identical and 1.17x faster on a 2-core CPU, ``artifacts/benchmarks/adapter_merge.json``). One load at a
+    out identical and 1.13x faster on a 2-core CPU, ``artifacts/benchmarks/adapter_merge.json``). One load at a
     time:
     transformers' loading sets process-wide state (meta-device initialisation), so two threads
     loading at once (the Space's warm-up and a visitor's model game) can break each other."""
