@@ -461,8 +461,8 @@ def _market_tab(demo: gr.Blocks) -> None:
 
 
 def market_before_after_file() -> str | None:
-    """The stored games of the market lab in the seat (its card's ``market_before_after``: the model labs' and the expert's
-    games on the first held-out seeds of each task), or None when no market lab is shipped."""
+    """The stored games of the market lab in the seat (its card's ``market_before_after``: the model labs' and the
+    expert's games on the first held-out seeds of each task), or None when no market lab is shipped."""
     path = market_model_path()
     return card_facts(path).get("market_before_after") if path and Path(path).is_dir() else None
 
