@@ -478,7 +478,8 @@ def _seed_choices(seeds: dict) -> list[tuple[str, int]]:
 
 def ui_market_before_after(task: str, seed, slots: list[str]):
     """Every lab-0 policy's game on one held-out seed of ``task``: a summary table, then one column per policy."""
-    games = M.side_by_side(market_before_after_file()).get(task, {})
+    name = market_before_after_file()
+    games = M.side_by_side(name).get(task, {})
     g = games.get(int(seed)) if seed is not None and str(seed) != "" else None
     if not g:
         return ("No stored game for this task and seed.", *[""] * len(slots))
@@ -487,7 +488,7 @@ def ui_market_before_after(task: str, seed, slots: list[str]):
                      for p, t in g.items())
     summary = (f"**{task}, held-out seed {seed}**: lab 0's reward under each policy (greedy), the other labs the "
                f"world's scripted archetypes.\n\n| lab 0 | reward | deals | jobs done | refused actions |\n"
-               f"|---|---|---|---|---|\n{rows}\n\nFrom `artifacts/{market_before_after_file()}`.")
+               f"|---|---|---|---|---|\n{rows}\n\nFrom `artifacts/{name}`.")
     return (summary, *[M.stored_game_markdown(g[p]) if p in g else f"*{p} did not play this seed.*" for p in slots])
 
 
