@@ -1,8 +1,8 @@
 """The trained model as a player in the Space: loaded once, on first use, shared by all games.
 
 ``HAGGLE_MODEL`` names the model (a local folder or a Hub id, e.g. a GPU Space's checkpoint); without it
-the shipped buyer with the best evaluation row plays (``headline_checkpoint``: the tiny checkpoint, or a
-SmolLM2 adapter once one scores higher), offline on CPU. Generation is
+the shipped buyer with the best held-out rows plays (``headline_checkpoint``: the tiny checkpoint, or a
+SmolLM2 adapter once one scores higher over the builtin and the other source's test products), offline on CPU. Generation is
 serialized by one lock (the model and its caches are shared), and runs under ``@spaces.GPU``
 so a ZeroGPU Space gives it a GPU; elsewhere that decorator does nothing.
 """
@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINTS = ROOT / "artifacts" / "checkpoints"
 SHIPPED = CHECKPOINTS / "grpo-tiny"  # the tiny buyer: the seat when no shipped buyer has a better row
 HEADLINE_FILE = "eval_results.json"  # every shipped buyer's row on the same held-out episodes
+OTHER_SOURCE_FILE = "eval_generalisation.json"  # study (a): the same buyers on another source's test products
 ENV_VAR = "HAGGLE_MODEL"
 # the GPU market's trained lab: a folder or Hub id in HAGGLE_MARKET_MODEL, else the shipped adapter when there is one
 MARKET_SHIPPED = ROOT / "artifacts" / "checkpoints" / "grpo-smollm2-market"
@@ -33,24 +34,37 @@ def model_path() -> str:
 
 
 def headline_checkpoint() -> Path:
-    """The shipped buyer the numbers put first: of the checkpoint folders whose ``card.json`` names a buyer row
-    against the seller mix, the one whose row in ``eval_results.json`` (every buyer on the same held-out
-    episodes, at the headline sampling) has the highest mean reward; rows played on a subset of those episodes
-    do not compete. The tiny GRPO buyer when no other has a better row (or none has a row)."""
+    """The shipped buyer the numbers put first. Of the checkpoint folders whose ``card.json`` names a buyer row
+    against the seller mix in ``eval_results.json`` (every buyer on the same held-out builtin episodes, at the
+    headline sampling; rows played on a subset of them do not compete), the one with the highest mean reward over
+    the held-out product sources: the builtin test split and, when every competing buyer also has a seller-mix row
+    in generalisation study (a) (``eval_generalisation.json``: the other source's test split, e.g. Amazon), that
+    one too, so a buyer that breaks on listings from another source does not hold the seat. The tiny GRPO buyer
+    when no other scores higher (or none has a row)."""
+    scores = {buyer: [row["reward_mean"]] for buyer, row in _mix_rows(HEADLINE_FILE).items()}
+    other = _mix_rows(OTHER_SOURCE_FILE, "a_other_source")
+    folders = sorted(p for p in CHECKPOINTS.iterdir() if p.is_dir()) if CHECKPOINTS.is_dir() else []
+    # a model seller's card (its row is a buyer against it) never sits, nor a buyer without a shared row
+    seats = [(folder, card["eval_buyer"]) for folder in folders for card in [_card(folder)]
+             if card.get("eval_seller", "mix") == "mix" and card.get("eval_buyer") in scores]
+    if seats and all(buyer in other for _, buyer in seats):
+        for _, buyer in seats:
+            scores[buyer].append(other[buyer]["reward_mean"])
+    best, best_score = SHIPPED, None
+    for folder, buyer in seats:
+        score = sum(scores[buyer]) / len(scores[buyer])
+        if best_score is None or score > best_score or (score == best_score and folder == SHIPPED):
+            best, best_score = folder, score
+    return best
+
+
+def _mix_rows(name: str, study: str | None = None) -> dict[str, dict]:
+    """The seller-mix rows of ``name`` (of ``study`` when given) that can compete for the seat, by buyer."""
     from space import figures as F  # noqa: PLC0415 - the Space's artifact reader, imported when first asked
 
-    rows = {r["buyer"]: r for r in F.eval_rows(HEADLINE_FILE, "mix")
-            if r.get("reward_mean") is not None and not r.get("upper_bound") and not r.get("episodes_subset")}
-    best, best_reward = SHIPPED, None
-    folders = sorted(p for p in CHECKPOINTS.iterdir() if p.is_dir()) if CHECKPOINTS.is_dir() else []
-    for folder in folders:
-        card = _card(folder)
-        if card.get("eval_seller", "mix") != "mix" or card.get("eval_buyer") not in rows:
-            continue  # a model seller (its row is a buyer against it), or a buyer without a shared row
-        reward = rows[card["eval_buyer"]]["reward_mean"]
-        if best_reward is None or reward > best_reward or (reward == best_reward and folder == SHIPPED):
-            best, best_reward = folder, reward
-    return best
+    return {r["buyer"]: r for r in F.eval_rows(name, "mix")
+            if r.get("reward_mean") is not None and not r.get("upper_bound") and not r.get("episodes_subset")
+            and (study is None or r.get("study") == study)}
 
 
 def _card(folder: Path) -> dict:

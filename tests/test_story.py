@@ -180,6 +180,32 @@ def test_the_tiny_buyer_keeps_the_seat_without_a_better_row(tmp_path, monkeypatc
     assert seat.headline_checkpoint() == ck / "grpo-tiny"  # no evaluation at all
 
 
+def test_the_seat_weighs_the_other_sources_test_products_when_every_competitor_has_them(tmp_path, monkeypatch):
+    """A buyer a little below on the builtin split and far above on the other source's test products (study (a) of
+    eval_generalisation.json) takes the seat; another study's rows never count, and when one competitor has no
+    study (a) row the builtin split alone decides."""
+    import json
+
+    from space import model as seat
+    rows = [{"buyer": "grpo", "reward_mean": 0.225}, {"buyer": "big_rl", "reward_mean": 0.218},
+            {"buyer": "expert", "reward_mean": 0.237}]
+
+    def study(buyer, reward, name="a_other_source"):
+        return {"buyer": buyer, "seller": "mix", "study": name, "reward_mean": reward}
+
+    for where, studied, seated in [
+            ("none", None, "grpo-tiny"),  # no generalisation file: builtin alone
+            ("both", [study("grpo", -0.22), study("big_rl", 0.19)], "grpo-big"),
+            ("other-study", [study("grpo", 0.9, "c_adversarial"), study("grpo", -0.22), study("big_rl", 0.19)],
+             "grpo-big"),
+            ("one-missing", [study("big_rl", 0.19), study("expert", 0.2)], "grpo-tiny"),
+            ("still-lower", [study("grpo", 0.30), study("big_rl", 0.29)], "grpo-tiny")]:
+        ck = _shipped(tmp_path / where, monkeypatch, CARDS, rows)
+        if studied is not None:
+            (ck.parent / "eval_generalisation.json").write_text(json.dumps({"rows": studied}))
+        assert seat.headline_checkpoint() == ck / seated, where
+
+
 def test_before_after_shows_the_seated_models_family(tmp_path, monkeypatch):
     """A seat whose card names its family's before/after games shows those; without the file, the tiny run's."""
     import json
