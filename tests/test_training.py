@@ -306,6 +306,31 @@ def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tm
         assert seg["bf16"] == (measured["choice"] == "bfloat16")
 
 
+def test_a_stage_resumed_across_runs_reports_the_wall_time_of_every_segment(tmp_path):
+    """The pipeline times only the run that finished a stage; a stage resumed across sessions reports the sum of
+    its curve's segments and every machine they ran on, in pipeline.json's stages and the shipped PROVENANCE.md."""
+    from training.pipeline import _ship_lora, with_segments
+    curve = tmp_path / "grpo_curve.json"
+    seg = [{"wall_time_s": 3600.0, "machine": "host A"}, {"wall_time_s": 1800.0, "machine": "host B"},
+           {"wall_time_s": 900.0, "machine": "host A"}]
+    curve.write_text(json.dumps({"provenance": {"segments": seg}}))
+    grpo = {"stage": "grpo", "command": f"python training/grpo.py --max_steps 3 --curve {curve}",
+            "wall_time_s": 900.0, "hardware": "host A"}
+    whole = with_segments(grpo)
+    assert whole["wall_time_s"] == 6300.0 and whole["last_run_wall_time_s"] == 900.0 and whole["segments"] == 3
+    assert whole["hardware"] == "host A; host B"
+    one = {**grpo, "command": "python training/grpo.py --curve " + str(tmp_path / "one.json")}
+    (tmp_path / "one.json").write_text(json.dumps({"provenance": {"segments": seg[:1]}}))
+    assert with_segments(one) == one  # one run: its own time
+    for cmd in ("python training/evaluate.py --out x.json", f"python training/grpo.py --curve {tmp_path / 'no.json'}",
+                "python training/grpo.py --curve"):
+        assert with_segments({**grpo, "command": cmd})["wall_time_s"] == 900.0  # no curve, or none written
+    final = tmp_path / "final"
+    final.mkdir()
+    _ship_lora(final, tmp_path / "ship", [grpo], {"eval_buyer": "x"}, "An adapter", "--model smollm2-135m", "Rows.")
+    assert "# grpo: 1.8 h on host A; host B" in (tmp_path / "ship" / "PROVENANCE.md").read_text()
+
+
 def test_a_skipped_stage_leaves_its_model_out_of_every_evaluation(tmp_path):
     from training import pipeline
     plan = dict(pipeline.stages(tmp_path, tmp_path / "art", False, "builtin", "full", skip=frozenset({"sdpo"})))

@@ -291,10 +291,28 @@ def _ship_lora(final: Path, ship: Path, done: list[dict], card: dict, what: str,
             shutil.copy2(final / f, ship / f)
     write_json(ship / "card.json", card)
     made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
-                     for d in done if d["stage"] in ("sft", "grpo"))
+                     for d in map(with_segments, done) if d["stage"] in ("sft", "grpo"))
     (ship / "PROVENANCE.md").write_text(
         f"# {ship.name}\n\n{what}, copied from `{relative(str(final))}` by `python training/pipeline.py {flags}`. "
         f"Made by:\n\n{made}\n\n{rows}\n")
+
+
+def with_segments(record: dict) -> dict:
+    """A stage's record with the whole of its training when it resumed across runs: the pipeline times only the
+    run that finished it, while the stage's curve (its ``--curve``) records every segment (start, steps, wall
+    time, machine). Then ``wall_time_s`` is the segments' sum and ``hardware`` every machine they ran on; the
+    finishing run's own time stays as ``last_run_wall_time_s``."""
+    words = record.get("command", "").split()
+    curve = Path(words[words.index("--curve") + 1]) if "--curve" in words[:-1] else None
+    try:
+        segments = json.loads((REPO_ROOT / curve).read_text())["provenance"]["segments"] if curve else None
+    except (OSError, ValueError, KeyError, TypeError):
+        segments = None
+    if not segments or len(segments) < 2:
+        return record
+    machines = list(dict.fromkeys(seg.get("machine") or "an unrecorded machine" for seg in segments))
+    return {**record, "wall_time_s": sum(seg["wall_time_s"] for seg in segments), "segments": len(segments),
+            "last_run_wall_time_s": record["wall_time_s"], "hardware": "; ".join(machines)}
 
 
 STAGE_MARK = "pipeline_command.txt"  # in a stage's --output_dir: the command that wrote its checkpoints
@@ -454,7 +472,7 @@ def main(argv: list[str] | None = None) -> dict:
                                         "extra_buyers": a.extra_buyers, "include_rows": a.include_rows,
                                         "ablation": a.ablation, "skip": sorted(skip)},
                                        {"per_stage": "see each artifact's provenance"}, time.perf_counter() - start),
-              "stages": done}
+              "stages": [with_segments(d) for d in done]}
     write_json(art / f"pipeline{'_smollm2' * smollm2}{'_market' * market}.json", result)
     return result
 
