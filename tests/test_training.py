@@ -21,18 +21,26 @@ RL_KEYS = {"step", "reward_mean", "reward_std", "reward_min", "reward_max", "dea
 
 
 @pytest.mark.slow
-def test_sft_resumes_from_its_last_checkpoint(tiny_dir, tmp_path):
+def test_sft_resumes_from_its_last_checkpoint(tiny_dir, tmp_path, capsys):
     out = tmp_path / "sft"
     _, final = sft.main(["--smoke", "--model", str(tiny_dir), "--output_dir", str(out),
                          "--curve", str(tmp_path / "sft.json")])
     first = json.loads((tmp_path / "sft.json").read_text())
     assert first["provenance"]["config"]["resumed"] is False and [p["step"] for p in first["points"]] == [1, 2]
     assert (final / "config.json").exists() and (final / "tokenizer.json").exists()
+    assert first["provenance"]["config"]["precision_measured"] is None  # --bf16 as given: nothing measured
     sft.main(["--smoke", "--model", str(tiny_dir), "--output_dir", str(out), "--max_steps", "3",
-              "--curve", str(tmp_path / "sft2.json")])
+              "--curve", str(tmp_path / "sft2.json"), "--precision", "auto"])
     again = json.loads((tmp_path / "sft2.json").read_text())
     assert again["provenance"]["config"]["resumed"] is True
     assert [p["step"] for p in again["points"]][-1] == 3
+    config = again["provenance"]["config"]  # --precision auto: this machine timed both, trained in the faster
+    measured = config["precision_measured"]
+    assert set(measured["flops"]) == {"float32", "bfloat16"} and all(v > 0 for v in measured["flops"].values())
+    assert config["sft"]["bf16"] == (measured["choice"] == "bfloat16") == config["precision"].startswith("bfloat16")
+    with pytest.raises(SystemExit):
+        sft.main(["--smoke", "--model", str(tiny_dir), "--output_dir", str(out), "--precision", "fp16"])
+    assert "--precision must be auto, float32 or bfloat16" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -240,7 +248,10 @@ def test_the_smollm2_pipeline_trains_from_an_sft_adapter_on_1500_episodes_and_ev
     plan = dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full", sft_from=sft))
     # the SFT stage is the given one; the full preset's rows then join the shipped tables
     assert list(plan) == ["grpo", "evaluate", "before_after", "generalisation", "join_evaluate", "join_generalisation"]
-    assert "sft" in dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full"))
+    sft_stage = dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full"))["sft"]
+    assert sft_stage[sft_stage.index("--precision") + 1] == "auto"  # SFT measures this machine too
+    market_sft = dict(pipeline.market_stages(tmp_path, tmp_path / "art", "smollm2-135m", "full", False))["sft"]
+    assert market_sft[market_sft.index("--precision") + 1] == "auto" and "--bf16" not in market_sft
     grpo = plan["grpo"]
     (script, cfg, model), _ = parse(TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig)), grpo[1:], "grpo")
     assert model.model_name_or_path == sft and cfg.output_dir == str(tmp_path / "grpo")

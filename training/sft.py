@@ -29,6 +29,7 @@ from training.common.cli import parse
 from training.common.provenance import command_line, provenance, write_json, write_lineage
 from training.engine.backends import TransformersBackend
 from training.engine.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base
+from training.engine.precision import PRECISION_HELP, PRECISIONS, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
 
@@ -49,6 +50,7 @@ class SFTScriptArguments(GameArguments):
         "help": "buyer (clone the expert buyer against the seller mix) or seller (clone the scripted sellers of "
                 "--sellers against the scripted buyers: a model seller, e.g. the frozen opponent of "
                 "generalisation study (d)); bilateral game only"})
+    precision: str = field(default="", metadata={"help": PRECISION_HELP})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
@@ -60,6 +62,8 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--games must be at least 1, got {self.games}")
         if self.lora not in ("auto", "yes", "no"):
             raise ValueError(f"--lora must be auto, yes or no, got {self.lora!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"--precision must be auto, float32 or bfloat16, got {self.precision!r}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
@@ -103,6 +107,7 @@ def main(argv: list[str] | None = None):
     game.defaults(cfg, DEFAULT_CURVE, DEFAULT_DIR)
     start = time.perf_counter()
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
+    measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
     backend = TransformersBackend(model, tok)
     agents = [LLMAgent(backend, mode) for mode in script.modes]
     dataset, rewards = game.expert_games(agents, script.games, role=script.role)
@@ -130,6 +135,7 @@ def main(argv: list[str] | None = None):
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(game.train), "checkpoint": str(final), "resumed": resume, "lora": lora,
                   "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32",
+                  "precision_measured": measured,
                   "world_size": trainer.accelerator.num_processes}
         seeds = {"games": game.expert_seed_rule(len(agents)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,

@@ -33,6 +33,7 @@ from training.common.provenance import (command_line, git_commit, machine, prove
                                         write_lineage)
 from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend, TRLVLLMBackend
 from training.engine.models import ModelNotFound, load_model, save_adapter_base
+from training.engine.precision import PRECISION_HELP, PRECISIONS, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
 from training.games.base import reward_stats
@@ -48,10 +49,7 @@ class GRPOScriptArguments(GameArguments):
     max_new_tokens: int = field(default=REPLY_TOKENS, metadata={"help": "tokens per buyer reply (the evaluation's "
                                                                           "budget: replies as SFT taught them fit)"})
     think_tokens: int = field(default=64, metadata={"help": "cap on <think> tokens per reply (option_b)"})
-    precision: str = field(default="", metadata={
-        "help": "auto: time fp32 and bf16 matmuls of the model's shapes on this machine at start and train in the "
-                "faster (bf16 through autocast; the rates and the choice go in the curve); float32 or bfloat16 to "
-                "fix it; empty: as --bf16 says"})
+    precision: str = field(default="", metadata={"help": PRECISION_HELP})
     curve: str = field(default="artifacts/grpo_training_curve.json", metadata={"help": "training-curve artifact "
                                                                                        "('' for none)"})
     episode_log: str = field(default="", metadata={
@@ -65,7 +63,7 @@ class GRPOScriptArguments(GameArguments):
     def __post_init__(self):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        if self.precision not in ("", "auto", "float32", "bfloat16"):
+        if self.precision not in PRECISIONS:
             raise ValueError(f"--precision must be auto, float32 or bfloat16, got {self.precision!r}")
         super().__post_init__()
 
@@ -249,21 +247,7 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
 
 def _set_precision(run: RLRun) -> None:
     """``--precision``: bf16 autocast or fp32 for training, measured on this machine when ``auto``."""
-    choice = run.script.precision
-    if choice == "auto":
-        from training.engine.precision import faster_training_precision  # noqa: PLC0415
-
-        import torch  # noqa: PLC0415
-
-        gpu = torch.cuda.is_available() and not run.cfg.use_cpu
-        run.precision = faster_training_precision(run.model.config.hidden_size, gpu=gpu)
-        choice = run.precision["choice"]
-        measured = ", ".join(f"{k} {v / 1e9:.0f}" for k, v in run.precision["flops"].items())
-        print(f"--precision auto: {choice} (" + (f"matmul GFLOP/s: {measured}" if measured else "on the GPU")
-              + ")", file=sys.stderr)
-    if choice:
-        run.cfg.bf16 = choice == "bfloat16"
-        run.cfg.mixed_precision = "bf16" if run.cfg.bf16 else "no"
+    run.precision = set_training_precision(run.script.precision, run.cfg, run.model.config.hidden_size)
 
 
 def _preflight(run: RLRun) -> dict:
