@@ -2,8 +2,8 @@
 
 ``HAGGLE_MODEL`` names the model (a local folder or a Hub id, e.g. a GPU Space's checkpoint); without it
 the shipped buyer with the best held-out rows plays (``headline_checkpoint``: the tiny checkpoint, or a
-SmolLM2 adapter once one scores higher over the builtin and the other source's test products), offline on CPU. Generation is
-serialized by one lock (the model and its caches are shared), and runs under ``@spaces.GPU``
+SmolLM2 adapter once one scores higher over the builtin and the other source's test products), offline on CPU.
+Generation is serialized by one lock (the model and its caches are shared), and runs under ``@spaces.GPU``
 so a ZeroGPU Space gives it a GPU; elsewhere that decorator does nothing.
 """
 
@@ -48,7 +48,7 @@ def headline_checkpoint() -> Path:
     seats = [(folder, card["eval_buyer"]) for folder in folders for card in [_card(folder)]
              if card.get("eval_seller", "mix") == "mix" and card.get("eval_buyer") in scores]
     if seats and all(buyer in other for _, buyer in seats):
-        for _, buyer in seats:
+        for buyer in {buyer for _, buyer in seats}:  # two folders may name one row
             scores[buyer].append(other[buyer]["reward_mean"])
     best, best_score = SHIPPED, None
     for folder, buyer in seats:
