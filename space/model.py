@@ -41,18 +41,15 @@ def headline_checkpoint() -> Path:
     in generalisation study (a) (``eval_generalisation.json``: the other source's test split, e.g. Amazon), that
     one too, so a buyer that breaks on listings from another source does not hold the seat. The tiny GRPO buyer
     when no other scores higher (or none has a row)."""
-    scores = {buyer: [row["reward_mean"]] for buyer, row in _mix_rows(HEADLINE_FILE).items()}
-    other = _mix_rows(OTHER_SOURCE_FILE, "a_other_source")
+    rows, other = _mix_rows(HEADLINE_FILE), _mix_rows(OTHER_SOURCE_FILE, "a_other_source")
     folders = sorted(p for p in CHECKPOINTS.iterdir() if p.is_dir()) if CHECKPOINTS.is_dir() else []
     # a model seller's card (its row is a buyer against it) never sits, nor a buyer without a shared row
     seats = [(folder, card["eval_buyer"]) for folder in folders for card in [_card(folder)]
-             if card.get("eval_seller", "mix") == "mix" and card.get("eval_buyer") in scores]
-    if seats and all(buyer in other for _, buyer in seats):
-        for buyer in {buyer for _, buyer in seats}:  # two folders may name one row
-            scores[buyer].append(other[buyer]["reward_mean"])
+             if card.get("eval_seller", "mix") == "mix" and card.get("eval_buyer") in rows]
+    sources = [rows, other] if seats and all(buyer in other for _, buyer in seats) else [rows]
     best, best_score = SHIPPED, None
     for folder, buyer in seats:
-        score = sum(scores[buyer]) / len(scores[buyer])
+        score = sum(source[buyer]["reward_mean"] for source in sources) / len(sources)
         if best_score is None or score > best_score or (score == best_score and folder == SHIPPED):
             best, best_score = folder, score
     return best

@@ -29,7 +29,7 @@ from training.common.cli import parse
 from training.common.provenance import command_line, provenance, write_json, write_lineage
 from training.engine.backends import TransformersBackend
 from training.engine.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base
-from training.engine.precision import PRECISION_HELP, PRECISIONS, set_training_precision
+from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
 
@@ -62,8 +62,7 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--games must be at least 1, got {self.games}")
         if self.lora not in ("auto", "yes", "no"):
             raise ValueError(f"--lora must be auto, yes or no, got {self.lora!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"--precision must be auto, float32 or bfloat16, got {self.precision!r}")
+        check_precision(self.precision)
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "

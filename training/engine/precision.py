@@ -48,13 +48,18 @@ PRECISION_HELP = ("auto: time fp32 and bf16 matmuls of the model's shapes on thi
                   "fix it; empty: as --bf16 says")
 
 
+def check_precision(choice: str) -> None:
+    """Refuse a ``--precision`` value that is not one of PRECISIONS (scripts call it when their flags are parsed)."""
+    if choice not in PRECISIONS:
+        raise ValueError(f"--precision must be auto, float32 or bfloat16, got {choice!r}")
+
+
 def set_training_precision(choice: str, cfg, hidden: int) -> dict | None:
     """Apply ``--precision`` to a TRL/transformers training config ``cfg`` before its trainer is built: ``auto``
     measures this machine (``faster_training_precision`` at width ``hidden``; on a GPU when ``cfg`` trains there),
     ``float32`` / ``bfloat16`` fix it, empty leaves ``cfg.bf16`` as given. Returns the measurement (``auto``) or
     None. Mixed precision is set beside ``bf16``: the training arguments derive it once, when they are built."""
-    if choice not in PRECISIONS:
-        raise ValueError(f"--precision must be auto, float32 or bfloat16, got {choice!r}")
+    check_precision(choice)
     measured = None
     if choice == "auto":
         import sys  # noqa: PLC0415

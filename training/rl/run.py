@@ -33,7 +33,7 @@ from training.common.provenance import (command_line, git_commit, machine, prove
                                         write_lineage)
 from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersBackend, TRLVLLMBackend
 from training.engine.models import ModelNotFound, load_model, save_adapter_base
-from training.engine.precision import PRECISION_HELP, PRECISIONS, set_training_precision
+from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
 from training.games.base import reward_stats
@@ -63,8 +63,7 @@ class GRPOScriptArguments(GameArguments):
     def __post_init__(self):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"--precision must be auto, float32 or bfloat16, got {self.precision!r}")
+        check_precision(self.precision)
         super().__post_init__()
 
 
