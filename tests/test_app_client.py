@@ -132,11 +132,11 @@ def test_load_50_concurrent_sessions(url):
     sellers = ["neutral", "boulware", "conceder", "tit_for_tat", "begging", "insulting", "unyielding"]
     jobs = [("human", sellers[i % 7], i % 40, 100 + i) for i in range(50)]
 
-    def one(job):
-        return play_remote(Client(url, verbose=False), *job)
-
+    # Connecting (each client fetches the API schema, with gradio_client's 5 s read timeout) is set-up, not the
+    # load under test: the clients connect one by one, then the 50 games are played at once.
+    clients = [Client(url, verbose=False) for _ in jobs]
     with ThreadPoolExecutor(max_workers=50) as pool:
-        results = list(pool.map(one, jobs))
+        results = list(pool.map(lambda c, job: play_remote(c, *job), clients, jobs))
     assert len({r["session_id"] for r in results}) == 50
     for job, state in zip(jobs, results):
         assert state["transcript"] == play_local(*job)["transcript"], f"session {job} was disturbed"
@@ -186,11 +186,9 @@ def test_market_games_through_the_api_equal_the_same_games_in_process(client):
 def test_concurrent_market_sessions_do_not_interfere(url):
     jobs = [("market_round", 300 + i) for i in range(12)]
 
-    def one(job):
-        return expert_person(RemoteMarket(Client(url, verbose=False)), *job)[0]
-
+    clients = [Client(url, verbose=False) for _ in jobs]  # connected one by one: set-up, not the load under test
     with ThreadPoolExecutor(max_workers=12) as pool:
-        results = list(pool.map(one, jobs))
+        results = list(pool.map(lambda c, job: expert_person(RemoteMarket(c), *job)[0], clients, jobs))
     assert len({r["session_id"] for r in results}) == 12
     for (task, seed), state in zip(jobs, results):
         assert state["steps"] == from_one(play_market(task, seed, make_policy("expert")).transcript)

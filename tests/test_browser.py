@@ -295,3 +295,30 @@ def test_a_person_selling_sees_why_a_move_was_refused_and_the_model_is_only_a_bu
     page.locator("#human-send").click()
     page.locator("#game-chat").get_by_text("was refused").wait_for(timeout=30_000)
     assert "below your cost" in page.locator("#game-chat").inner_text()
+
+
+def test_the_shipped_smollm2_rl_buyer_plays_a_whole_game_in_the_model_seat(page, monkeypatch):
+    """With no ``HAGGLE_MODEL`` set, the seat goes where the shipped numbers put it: the SmolLM2 GRPO adapter
+    (best mean over the builtin and Amazon test splits). It loads offline and buys a held-out product against a
+    scripted seller in a real browser, the whole game played on one click (a spectator game), in the protocol."""
+    from space.model import ENV_VAR, headline_checkpoint
+    from training.common.provenance import read_lineage
+
+    monkeypatch.delenv(ENV_VAR)  # the tests' tiny seat (conftest) off: the Space's own default
+    seat = headline_checkpoint()
+    assert seat.name == "grpo-smollm2" and "smollm2" in str(read_lineage(str(seat))).lower(), seat
+    open_tab(page, "Play")
+    page.locator("#play-buyer input").click()
+    page.get_by_role("option", name="model", exact=True).click()
+    page.locator("#play-seller input").click()
+    page.get_by_role("option", name="conceder", exact=True).click()
+    page.locator("#start-game").click()
+    outcome = page.locator("#game-outcome")
+    outcome.get_by_text("reward").first.wait_for(timeout=300_000)  # SmolLM2 on a 2-core CPU: ~10 s a reply
+    chat = page.locator("#game-chat").inner_text()
+    assert "grpo-smollm2" in page.locator("#game-card").text_content()  # the card's folded "What plays as model"
+    assert "format" not in outcome.inner_text().lower(), outcome.inner_text()  # it answered in the protocol
+    assert re.search(r"buyer:.*\$\d", chat, re.S), "the model buyer made priced moves"
+    assert page.locator(".toast-body").count() == 0
+    shot(page, "Play SmolLM")
+    assert page.errors == [], f"console errors: {page.errors}"
