@@ -138,13 +138,19 @@ def test_sft_then_grpo_train_on_the_market(tiny_dir, tmp_path):
     assert [p["step"] for p in curve["points"]] == [1, 2] and curve["expert_reward_mean"] > 0
     assert "single_trade" in curve["provenance"]["seeds"]["games"]
     _, final = grpo.main(["--smoke", "--env", "market", "--tasks", "single_trade", "--model_name_or_path",
-                          str(sft_final), "--output_dir", str(tmp_path / "grpo"), "--curve", str(tmp_path / "g.json")])
+                          str(sft_final), "--output_dir", str(tmp_path / "grpo"), "--curve", str(tmp_path / "g.json"),
+                          "--refusal_weight", "0.5"])
     assert (final / "config.json").exists()
-    points = json.loads((tmp_path / "g.json").read_text())["points"]
+    curve = json.loads((tmp_path / "g.json").read_text())
+    assert curve["provenance"]["config"]["grpo"]["reward_weights"] == [1.0, 0.5]
+    points = curve["points"]
     assert [p["step"] for p in points] == [1, 2]
     for p in points:
         assert {"reward_mean", "job_completion_rate", "invalid_rate", "deal_rate", "frac_reward_zero_std"} <= set(p)
         assert p["episodes"] == 8 and -10 < p["reward_min"] <= p["reward_mean"] <= p["reward_max"]
+        # TRL saw the shaping as its own reward function: minus the step's refused actions per episode, which our
+        # stats count apart (refusals / actions x actions per episode); reward_mean stays the environment's
+        assert p["rewards/refused_actions/mean"] == pytest.approx(-p["invalid_rate"] * p["actions_mean"])
     out = tmp_path / "eval.json"
     artifact = evaluate.main(["--env", "market", "--policies", "none", "--models", f"grpo={final}", "--tasks",
                               "single_trade", "--episodes", "3", "--max_new_tokens", "16", "--out", str(out),
@@ -158,6 +164,10 @@ def test_sft_then_grpo_train_on_the_market(tiny_dir, tmp_path):
     (["--env", "market", "--push_to_hub"], "not wired for --env market"),
     (["--env", "auction"], "--env must be"),
     (["--env", "market", "--tasks", "poker"], "unknown task"),
+    (["--env", "market", "--refusal_weight", "-0.1"], "must be 0 or more"),  # a reward for refusals
+    (["--env", "market", "--refusal_weight", "nan"], "must be 0 or more"),
+    (["--refusal_weight", "0.1"], "counts none"),  # the bilateral game ends a bad reply at -1: nothing to shape
+    (["--env", "market", "--refusal_weight", "0.1", "--reward_weights", "1", "2"], "drop --reward_weights"),
 ])
 def test_grpo_refuses_what_the_market_cannot_do(argv, match, capsys):
     with pytest.raises(SystemExit):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from trl import get_peft_config
 
-from training.rl.run import GRPOScriptArguments, HaggleGRPOConfig, episode_reward, prepare, train_and_finish
+from training.rl.run import GRPOScriptArguments, HaggleGRPOConfig, prepare, train_and_finish
 from training.rl.trim import TrimmedGRPOTrainer
 
 DEFAULT_CURVE = "artifacts/grpo_training_curve.json"
@@ -32,7 +32,7 @@ DEFAULT_DIR = "runs/grpo"
 
 def main(argv: list[str] | None = None):
     run = prepare(GRPOScriptArguments, HaggleGRPOConfig, argv, __file__, DEFAULT_CURVE, DEFAULT_DIR)
-    trainer = TrimmedGRPOTrainer(model=run.model, reward_funcs=[episode_reward], args=run.cfg, train_dataset=run.dataset,
+    trainer = TrimmedGRPOTrainer(model=run.model, reward_funcs=run.reward_funcs, args=run.cfg, train_dataset=run.dataset,
                           processing_class=run.tokenizer, rollout_func=run.rollouts,
                           peft_config=get_peft_config(run.model_args))
     return trainer, train_and_finish(trainer, run)

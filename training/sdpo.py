@@ -25,7 +25,7 @@ from __future__ import annotations
 from trl import get_peft_config
 
 from training.rl.hindsight import HaggleSDPOConfig, SDPOScriptArguments, SDPOTrainer
-from training.rl.run import episode_reward, prepare, train_and_finish
+from training.rl.run import prepare, train_and_finish
 
 DEFAULT_CURVE = "artifacts/sdpo_training_curve.json"
 DEFAULT_DIR = "runs/sdpo"
@@ -33,7 +33,7 @@ DEFAULT_DIR = "runs/sdpo"
 
 def main(argv: list[str] | None = None):
     run = prepare(SDPOScriptArguments, HaggleSDPOConfig, argv, __file__, DEFAULT_CURVE, DEFAULT_DIR)
-    trainer = SDPOTrainer(model=run.model, reward_funcs=[episode_reward], args=run.cfg, train_dataset=run.dataset,
+    trainer = SDPOTrainer(model=run.model, reward_funcs=run.reward_funcs, args=run.cfg, train_dataset=run.dataset,
                           processing_class=run.tokenizer, rollout_func=run.rollouts,
                           peft_config=get_peft_config(run.model_args), rollouts=run.rollouts, sdpo=run.script)
     return trainer, train_and_finish(trainer, run)

@@ -55,6 +55,11 @@ class GRPOScriptArguments(GameArguments):
     episode_log: str = field(default="", metadata={
         "help": "write the episodes each process plays to PATH.rank<N>.jsonl (step, process, dataset row, the "
                 "row's episode): how the tests check the split across processes ('' for none)"})
+    refusal_weight: float = field(default=0.0, metadata={
+        "help": "training-only shaping for games that refuse actions (the GPU market): a second TRL reward "
+                "function, minus the episode's refused actions, weighted by this against the environment's "
+                "reward (TRL's reward_weights [1, W]); 0 for none. The curves and evaluations report the "
+                "environment's reward alone"})
     card_eval: str = field(default="artifacts/eval_results.json",
                            metadata={"help": "evaluation artifact whose table goes into the model card (--push_to_hub)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests (training/recipes/smoke/): 2 steps of 8 "
@@ -64,6 +69,9 @@ class GRPOScriptArguments(GameArguments):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
         check_precision(self.precision)
+        if not self.refusal_weight >= 0:  # also refuses NaN
+            raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
+                             f"{self.refusal_weight}")
         super().__post_init__()
 
 
@@ -137,13 +145,16 @@ class EpisodeRollouts:
         self.steps.append({**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
                            **self.game.step_stats(played), "processes": acc.num_processes})
         limit = self.cfg.max_completion_length
-        return {
+        out = {
             "prompt_ids": [r.prompt_ids for r in records],
             "completion_ids": [r.completion_ids[:limit] for r in records],
             "logprobs": [r.logprobs[:limit] for r in records],
             "env_mask": [r.env_mask[:limit] for r in records],
             "episode_reward": [r.reward for r in records],
         }
+        if self.script.refusal_weight:  # TRL hands each extra field to the reward functions by name
+            out["refused"] = [r.metrics["invalid"] for r in records]
+        return out
 
 
 @contextmanager
@@ -169,11 +180,17 @@ def episode_reward(completions, episode_reward, **_) -> list[float]:
     return list(episode_reward)
 
 
+def refused_actions(completions, refused, **_) -> list[float]:
+    """Training-only shaping (``--refusal_weight``): minus the number of actions the environment refused in the
+    episode. TRL weighs it against ``episode_reward`` by ``reward_weights``; the curves report both apart."""
+    return [-float(n) for n in refused]
+
+
 def curve_points(steps: list[dict], log_history: list[dict]) -> list[dict]:
     """Our per-step rollout stats joined with TRL's logged loss and entropy for the same step."""
     trl = {e["step"]: e for e in log_history if "loss" in e}
     keys = ("loss", "learning_rate", "grad_norm", "entropy", "kl", "clip_ratio/region_mean", "sdpo/lambda",
-            "sdpo/gap_mean", "sdpo/demo_rate")
+            "sdpo/gap_mean", "sdpo/demo_rate", "rewards/refused_actions/mean")
     return [{**s, **{k: trl[s["step"]][k] for k in keys if k in trl.get(s["step"], {})}} for s in steps]
 
 
@@ -205,6 +222,11 @@ class RLRun:
     def start_model(self) -> str:
         return self.model_args.model_name_or_path or DEFAULT_START
 
+    @property
+    def reward_funcs(self) -> list:
+        """TRL's reward functions: the environment's reward, and the refusal shaping when asked for."""
+        return [episode_reward, refused_actions] if self.script.refusal_weight else [episode_reward]
+
 
 def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, default_curve: str,
             default_dir: str) -> RLRun:
@@ -220,6 +242,7 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
     except ScenarioDataError as exc:
         raise SystemExit(f"error: {exc}") from None
     run.game.defaults(cfg, default_curve, default_dir)
+    _set_refusal_weight(run)
     if cfg.push_to_hub:  # every check a push needs happens before any training
         run.hub = _preflight(run)
     try:
@@ -242,6 +265,25 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
     run.dataset = Dataset.from_dict({"prompt": [str(i) for i in range(rows)]})
     run.rollouts = EpisodeRollouts(script, cfg, run.game, run.game.rows(rows), opponent)
     return run
+
+
+def _set_refusal_weight(run: RLRun) -> None:
+    """``--refusal_weight``: TRL's ``reward_weights`` [1, W] over ``reward_funcs``; refused where the game counts
+    no refused actions (the bilateral game ends a protocol error with reward -1 instead)."""
+    weight = run.script.refusal_weight
+    if not weight:
+        return
+    if not run.game.refuses_actions:
+        _usage_error(f"--refusal_weight is for games that refuse actions (the GPU market); --env {run.game.name} "
+                     "counts none")
+    if run.cfg.reward_weights is not None:
+        _usage_error("--refusal_weight sets TRL's reward_weights itself ([1, W]); drop --reward_weights")
+    run.cfg.reward_weights = [1.0, weight]
+
+
+def _usage_error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _set_precision(run: RLRun) -> None:

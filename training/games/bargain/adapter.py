@@ -46,6 +46,7 @@ class BargainGame:
     role = "buyer"
     hindsight = True  # SDPO's feedback is written for this game's buyer
     publishable = True  # --push_to_hub publishes this game's buyer
+    refuses_actions = False  # an unreadable or illegal reply ends the episode at -1 (no --refusal_weight)
     EvalArgs = BargainEvalArgs  # what training/evaluate.py parses for this game
 
     def __init__(self, script):

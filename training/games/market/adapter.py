@@ -35,6 +35,7 @@ class MarketGame:
     role = "lab0"
     hindsight = False
     publishable = False
+    refuses_actions = True  # a refused action costs a little and the game goes on (--refusal_weight shapes it)
     EvalArgs = MarketEvalArgs  # what training/evaluate.py parses for this game
 
 
