@@ -416,7 +416,7 @@ def _market_tab(demo: gr.Blocks) -> None:
                 + "\n".join(f"- `{n}`: {M.task_line(n)}" for n in MARKET_TASKS))
     m_session = gr.State("")
     with gr.Row():
-        m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task")
+        m_task = gr.Dropdown(list(MARKET_TASKS), value="coalition_market", label="Task", elem_id="market-task")
         m_policy = gr.Dropdown(M.policy_choices(), value="expert", label="Lab 0 (policy)",
                                elem_id="market-policy")
         m_counter = gr.Dropdown(list(M.COUNTERPARTS), value=M.WORLD, label="Other labs")
