@@ -54,7 +54,10 @@ SHIP = ["config.json", "generation_config.json", "model.safetensors", "tokenizer
 
 
 RECIPE = RECIPES / "pipeline.yaml"  # the presets and the RL recipe
-PRESETS = tuple(p for p in yaml.safe_load(RECIPE.read_text())["presets"] if p != "smoke")
+# every preset some family's section names (each family checks its own below)
+PRESETS = tuple(dict.fromkeys(p for section in ("presets", "smollm2", "market_tiny", "market_smollm2")
+                              for p, v in yaml.safe_load(RECIPE.read_text())[section].items()
+                              if p != "smoke" and isinstance(v, dict)))
 MODELS = ("tiny", "smollm2-135m")  # the two model families the pipeline trains
 SMOLLM2_RECIPE = RECIPES / "smollm2" / "grpo.yaml"
 # What every training stage plays (SFT games, GRPO and SDPO episodes): the builtin catalog's train split
@@ -407,6 +410,8 @@ def main(argv: list[str] | None = None) -> dict:
     if market and not a.smoke and a.preset not in yaml.safe_load(RECIPE.read_text())[
             "market_tiny" if a.model == "tiny" else "market_smollm2"]:
         ap.error(f"--env market has no {a.preset!r} preset for --model {a.model} (the tiny model's: smoke, default)")
+    if not market and a.preset not in yaml.safe_load(RECIPE.read_text())["smollm2" if smollm2 else "presets"]:
+        ap.error(f"--preset {a.preset} is the GPU market's (--env market --model smollm2-135m)")
     if market and (a.ablation or a.extra_buyers or a.include_rows or a.seller_model or a.skip
                    or a.eval_scenarios != "builtin"):
         ap.error("--env market takes none of the bilateral game's options (--ablation, --extra-buyers, "

@@ -60,6 +60,10 @@ class GRPOScriptArguments(GameArguments):
                 "function, minus the episode's refused actions, weighted by this against the environment's "
                 "reward (TRL's reward_weights [1, W]); 0 for none. The curves and evaluations report the "
                 "environment's reward alone"})
+    time_budget_s: float = field(default=0.0, metadata={
+        "help": "stop training at the end of the step after which another step would pass this many seconds since "
+                "the run began (a lease on a lent machine); the final policy is saved as usual and the curve records "
+                "the stop (0 = run to --max_steps)"})
     card_eval: str = field(default="artifacts/eval_results.json",
                            metadata={"help": "evaluation artifact whose table goes into the model card (--push_to_hub)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests (training/recipes/smoke/): 2 steps of 8 "
@@ -69,6 +73,8 @@ class GRPOScriptArguments(GameArguments):
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}")
         check_precision(self.precision)
+        if not self.time_budget_s >= 0:
+            raise ValueError(f"--time_budget_s must be 0 (none) or more, got {self.time_budget_s}")
         if not self.refusal_weight >= 0:  # also refuses NaN
             raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
                              f"{self.refusal_weight}")
@@ -213,6 +219,7 @@ class RLRun:
     rollouts: EpisodeRollouts | None = None
     hub: dict | None = None
     precision: dict | None = None  # --precision auto: the rates measured and the choice
+    stopped: dict | None = None  # --time_budget_s: where and why training stopped before --max_steps
 
     @property
     def method(self) -> str:
@@ -349,11 +356,35 @@ class RunRecord(TrainerCallback):
             _write_curve(self.trainer, self.run, folder, complete=False, segments=self.segments)
 
 
+class TimeBudget(TrainerCallback):
+    """``--time_budget_s``: ends training at a step's end when one more step, as long as the longest so far,
+    would pass the budget (counted from the run's start, loading included). The step it stopped at goes in the
+    curve (``stopped``), beside ``max_steps``."""
+
+    def __init__(self, run: RLRun):
+        self.run, self.longest, self.clock, self.stopped = run, 0.0, time.perf_counter(), None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.perf_counter()
+        self.longest, self.clock = max(self.longest, now - self.clock), now
+        budget = self.run.script.time_budget_s
+        if budget and state.global_step < state.max_steps and now - self.run.start + self.longest > budget:
+            control.should_training_stop = True
+            self.stopped = {"reason": f"--time_budget_s {budget:g}: another step (the longest took "
+                                      f"{self.longest:.0f} s) would pass it", "at_step": state.global_step,
+                            "elapsed_s": round(now - self.run.start, 1)}
+            self.run.stopped = self.stopped
+            print(f"[time budget] stopping after step {state.global_step} of {state.max_steps}: "
+                  f"{now - self.run.start:.0f} s of {budget:g} s used", file=sys.stderr, flush=True)
+
+
 def train_and_finish(trainer, run: RLRun) -> Path:
     """Train (resuming from the last checkpoint in ``--output_dir``, with the curve so far), then ``finish``."""
     last = get_last_checkpoint(run.cfg.output_dir) if Path(run.cfg.output_dir).is_dir() else None
     record = RunRecord(trainer, run, Path(last) if last else None)
     trainer.add_callback(record)
+    if run.script.time_budget_s:
+        trainer.add_callback(TimeBudget(run))
     trainer.train(resume_from_checkpoint=last)
     return finish(trainer, run, last is not None, record)
 
@@ -396,7 +427,7 @@ def _write_curve(trainer, run: RLRun, final: Path, complete: bool, segments: lis
     seeds = {"rows": run.game.seed_rule("rows"), "training_seed": cfg.seed}
     wall = sum(s["wall_time_s"] for s in segments) if segments else time.perf_counter() - run.start
     out = {"provenance": provenance(config, seeds, wall, command_line(run.script_path, [run.script_path, *run.argv])),
-           "complete": complete, "max_steps": cfg.max_steps,
+           "complete": complete, "max_steps": cfg.max_steps, **({"stopped": run.stopped} if run.stopped else {}),
            "points": curve_points(run.rollouts.steps, trainer.state.log_history)}
     if segments:
         out["provenance"]["segments"] = segments
