@@ -129,6 +129,32 @@ def test_prefix_cache_gives_the_same_tokens(tiny):
     assert max(abs(a - b) for x, y in zip(with_cache, without) for a, b in zip(x.logprobs, y.logprobs)) < 1e-3
 
 
+def test_generation_never_compiles_per_call(tiny):
+    """transformers compiles generate's forward on a GPU when the cache is static (ours is), recording CUDA graphs per
+    input shape, and each batch here has its own shape: the engine turns that off. Checked where transformers decides,
+    with compilation allowed on every device (the CPU included) so the check runs here."""
+    from transformers import CompileConfig
+    model, tok = tiny
+    backend = TransformersBackend(model, tok, SamplingConfig(temperature=0.0))
+    decided, original = [], model._valid_auto_compile_criteria
+    saved = model.generation_config.compile_config
+
+    def spy(*args, **kwargs):
+        decided.append(original(*args, **kwargs))
+        return False  # never compile in the test itself
+
+    model._valid_auto_compile_criteria = spy
+    everywhere = CompileConfig()
+    everywhere._compile_all_devices = True  # transformers' own switch for compiling off-GPU
+    model.generation_config.compile_config = everywhere
+    try:
+        backend.generate_ids([[5, 6, 7, 8], [9, 10, 11]], 4, [tok.eos_token_id])
+    finally:
+        del model._valid_auto_compile_criteria
+        model.generation_config.compile_config = saved
+    assert decided and not any(decided)
+
+
 class CannedBackend:
     """A token backend that 'generates' crafted texts: arbitrary model output for the engine."""
 

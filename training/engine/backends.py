@@ -153,9 +153,12 @@ class TransformersBackend:
                         layer.values[i, :, big_p - c.length: big_p] = c.layers[li][1][0]
                 layer.cumulative_length.fill_(big_p)
         greedy = s.temperature == 0
+        # disable_compile: on a GPU, transformers compiles the forward whenever the cache is static, with CUDA graphs
+        # recorded per input shape; every call here has its own width, so each one compiled anew (a market GRPO step
+        # of 32 episodes took 386 s on an H200, artifacts/probes/README.md)
         kwargs = dict(do_sample=not greedy, max_new_tokens=max_new_tokens, eos_token_id=list(stop_ids),
                       pad_token_id=self.pad_id, return_dict_in_generate=True, output_logits=True,
-                      past_key_values=static)
+                      past_key_values=static, disable_compile=True)
         if not greedy:
             kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
         torch.manual_seed(s.seed + self.calls)
