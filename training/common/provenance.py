@@ -39,16 +39,8 @@ def git_commit() -> str:
                                 ":!runs", ":!assets/screenshots"],
                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return _stated("HAGGLE_GIT_COMMIT")
+        return "unknown"
     return f"{head}-dirty" if dirty else head
-
-
-def _stated(variable: str) -> str:
-    """Outside git (a copy of a clean checkout's working tree sent to another machine, without ``.git``): what the
-    sender states in ``variable`` (the commit, or the code fingerprint, of the checkout it copied), marked so a
-    reader can tell it was stated rather than read from git; ``unknown`` when nothing is stated."""
-    stated = os.environ.get(variable, "").strip()
-    return f"{stated} (stated by the sender: a copy without .git)" if stated else "unknown"
 
 
 CODE_PATHS = ("env", "training", "pyproject.toml", "requirements.txt")  # what a training stage runs
@@ -65,7 +57,7 @@ def code_version() -> str:
         diff = subprocess.run(["git", "diff", "HEAD", "--", *CODE_PATHS], cwd=REPO_ROOT, capture_output=True,
                               timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return _stated("HAGGLE_CODE_VERSION")
+        return "unknown"
     change = f"+{hashlib.sha256(diff).hexdigest()[:12]}" if diff else ""
     return hashlib.sha256(" ".join(trees).encode()).hexdigest()[:16] + change
 
