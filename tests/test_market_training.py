@@ -168,11 +168,39 @@ def test_sft_then_grpo_train_on_the_market(tiny_dir, tmp_path):
     (["--env", "market", "--refusal_weight", "nan"], "must be 0 or more"),
     (["--refusal_weight", "0.1"], "counts none"),  # the bilateral game ends a bad reply at -1: nothing to shape
     (["--env", "market", "--refusal_weight", "0.1", "--reward_weights", "1", "2"], "drop --reward_weights"),
+    (["--env", "market", "--time_budget_s", "-5"], "--time_budget_s must be 0 (none) or more"),
+    (["--time_budget_s", "nan"], "--time_budget_s must be 0 (none) or more"),
 ])
 def test_grpo_refuses_what_the_market_cannot_do(argv, match, capsys):
     with pytest.raises(SystemExit):
         grpo.main(argv)
     assert match in capsys.readouterr().err
+
+
+def test_a_time_budget_ends_training_at_the_last_step_that_fits():
+    """--time_budget_s: after each step, training stops when one more step as long as the longest so far would pass
+    the budget (counted from the run's start); the run records where it stopped."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from training.rl.run import TimeBudget
+    now = [5.0]  # the run began at 0: loading took 5 s
+    run = SimpleNamespace(script=SimpleNamespace(time_budget_s=100.0), start=0.0, stopped=None)
+    budget, state, stops = TimeBudget(run, clock=lambda: now[0]), SimpleNamespace(global_step=0, max_steps=12), []
+    for seconds in (30, 20, 40, 10):
+        now[0] += seconds
+        state.global_step += 1
+        control = TrainerControl()
+        budget.on_step_end(None, state, control)
+        stops.append(control.should_training_stop)
+    # after step 2: 55 s used, the longest 30: 85 fits; after step 3: 95 s + 40 would pass 100
+    assert stops == [False, False, True, True]
+    assert run.stopped["at_step"] == 4 and "--time_budget_s 100" in run.stopped["reason"]
+    last = SimpleNamespace(global_step=12, max_steps=12)  # the last step: nothing left to stop
+    control = TrainerControl()
+    budget.on_step_end(None, last, control)
+    assert not control.should_training_stop
 
 
 def test_sdpo_says_it_is_for_the_bilateral_game(capsys):
@@ -326,6 +354,16 @@ def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp
     assert join[join.index("--include_rows") + 1].split(",") == [str(tmp_path / "art" / "eval_smollm2_market.json"),
                                                                  str(tmp_path / "art" / "eval_market.json")]
     assert join[join.index("--out") + 1] == str(tmp_path / "art" / "eval_market.json")
+    # gpu: the same SFT and evaluation (a GPU run continues the full one's, and its rows join the same table); GRPO
+    # plays 32 episodes a step under a time budget
+    gpu = dict(pipeline.market_stages(tmp_path, tmp_path / "art", "smollm2-135m", "gpu", False))
+    assert gpu["sft"] == full["sft"] and gpu["evaluate"] == full["evaluate"] and "join_evaluate" in gpu
+    (script, cfg, _), _ = parse(TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig)), gpu["grpo"][1:],
+                                "grpo")
+    assert script.time_budget_s > 0 and cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps == 32
+    for bad in (["--preset", "gpu"], ["--model", "smollm2-135m", "--preset", "gpu"]):  # the market's preset only
+        with pytest.raises(SystemExit):
+            pipeline.main(bad)
     for bad in (["--sft-from", "x"], ["--preset", "full"], ["--skip", "sdpo"]):  # full: not for the tiny model
         with pytest.raises(SystemExit):
             pipeline.main(["--env", "market", *bad])

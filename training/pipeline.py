@@ -190,6 +190,7 @@ def smollm2_stages(work: Path, art: Path, preset: str, sft_from: str = "", selle
 
 
 MARKET_GRPO_RECIPE = RECIPES / "smollm2" / "market_grpo.yaml"
+MARKET_SHIPPED = ("full", "gpu")  # SmolLM2 market presets whose rows join eval_market.json and whose adapter ships
 
 
 def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -> list[tuple[str, list[str]]]:
@@ -224,7 +225,7 @@ def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -
                       "--cell_cache", str(work / "evaluate" / "cells.jsonl"), "--out", str(art / f"eval_{curve}.json"),
                       "--transcripts", str(art / "transcripts" / f"eval_{curve}.jsonl"), "--progress", "false"]),
     ]
-    if model != "tiny" and preset == "full":  # the shipped run's rows join the shipped market table
+    if model != "tiny" and preset in MARKET_SHIPPED:  # the shipped run's rows join the shipped market table
         plan.append(("join_evaluate", ["training/evaluate.py", "--env", "market", "--policies", "all",
                                        "--include_rows", f"{art / f'eval_{curve}.json'},{art / 'eval_market.json'}",
                                        "--out", str(art / "eval_market.json"),
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
         write_json(state_path, finished)
     final = work / "grpo" / "final"
     if market:
-        if final.exists() and smollm2 and a.preset == "full":
+        if final.exists() and smollm2 and a.preset in MARKET_SHIPPED:
             ship_market_adapter(final, art / "checkpoints" / "grpo-smollm2-market", done)
     elif final.exists() and smollm2:
         ship_adapter(final, art / "checkpoints" / "grpo-smollm2", done)

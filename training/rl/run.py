@@ -361,19 +361,19 @@ class TimeBudget(TrainerCallback):
     would pass the budget (counted from the run's start, loading included). The step it stopped at goes in the
     curve (``stopped``), beside ``max_steps``."""
 
-    def __init__(self, run: RLRun):
-        self.run, self.longest, self.clock, self.stopped = run, 0.0, time.perf_counter(), None
+    def __init__(self, run: RLRun, clock=time.perf_counter):
+        self.run, self.longest, self.now = run, 0.0, clock
+        self.clock = clock()
 
     def on_step_end(self, args, state, control, **kwargs):
-        now = time.perf_counter()
+        now = self.now()
         self.longest, self.clock = max(self.longest, now - self.clock), now
         budget = self.run.script.time_budget_s
         if budget and state.global_step < state.max_steps and now - self.run.start + self.longest > budget:
             control.should_training_stop = True
-            self.stopped = {"reason": f"--time_budget_s {budget:g}: another step (the longest took "
-                                      f"{self.longest:.0f} s) would pass it", "at_step": state.global_step,
-                            "elapsed_s": round(now - self.run.start, 1)}
-            self.run.stopped = self.stopped
+            self.run.stopped = {"reason": f"--time_budget_s {budget:g}: another step (the longest took "
+                                          f"{self.longest:.0f} s) would pass it", "at_step": state.global_step,
+                                "elapsed_s": round(now - self.run.start, 1)}
             print(f"[time budget] stopping after step {state.global_step} of {state.max_steps}: "
                   f"{now - self.run.start:.0f} s of {budget:g} s used", file=sys.stderr, flush=True)
 
