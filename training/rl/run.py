@@ -362,14 +362,14 @@ class TimeBudget(TrainerCallback):
     curve (``stopped``), beside ``max_steps``."""
 
     def __init__(self, run: RLRun, clock=time.perf_counter):
-        self.run, self.longest, self.now = run, 0.0, clock
-        self.clock = clock()
+        self.run, self.clock, self.longest = run, clock, 0.0
+        self.step_began = clock()
 
     def on_step_end(self, args, state, control, **kwargs):
-        now = self.now()
-        self.longest, self.clock = max(self.longest, now - self.clock), now
+        now = self.clock()
+        self.longest, self.step_began = max(self.longest, now - self.step_began), now
         budget = self.run.script.time_budget_s
-        if budget and state.global_step < state.max_steps and now - self.run.start + self.longest > budget:
+        if state.global_step < state.max_steps and now - self.run.start + self.longest > budget:
             control.should_training_stop = True
             self.run.stopped = {"reason": f"--time_budget_s {budget:g}: another step (the longest took "
                                           f"{self.longest:.0f} s) would pass it", "at_step": state.global_step,
