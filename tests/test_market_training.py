@@ -349,6 +349,8 @@ def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp
     assert script.env == "market" and script.refusal_weight > 0 and cfg.max_steps == 12 and cfg.beta > 0
     ev = full["evaluate"]
     assert ev[ev.index("--temperature") + 1] == "0" and "--cell_cache" in ev
+    labs = [x.split("=")[0] for x in ev[ev.index("--models") + 1].split(",")]
+    assert labs == ["smollm2_market_grpo", "smollm2_market_sft", "smollm2_market_base"]  # the headline row first
     assert int(ev[ev.index("--transcript_seeds") + 1]) > 0  # every lab's games on the first seeds: the Space's before/after
     join = full["join_evaluate"]
     assert join[join.index("--include_rows") + 1].split(",") == [str(tmp_path / "art" / "eval_smollm2_market.json"),

@@ -209,7 +209,9 @@ def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -
     base = str(work / "tiny-base") if model == "tiny" else model
     sft, grpo = work / "sft" / "final", work / "grpo" / "final"
     s = ["--smoke"] if smoke else []
-    models = {f"{curve}_base": base, f"{curve}_sft": str(sft), f"{curve}_grpo": str(grpo)}
+    # the trained lab first, its start next, the untrained model last: an evaluation that spans sessions (hours on a
+    # CPU, and the untrained model writes every reply to its token limit) has its headline rows soonest
+    models = {f"{curve}_grpo": str(grpo), f"{curve}_sft": str(sft), f"{curve}_base": base}
     plan = [
         *([("tiny", ["training/build_tiny.py", "--out", base])] if model == "tiny" else []),
         ("sft", ["training/sft.py", *s, "--env", "market", "--tasks", tasks, "--model", base, *size["sft"],
