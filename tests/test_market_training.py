@@ -339,14 +339,21 @@ def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp
     assert full["sft"][full["sft"].index("--model") + 1] == "smollm2-135m"
     assert "recipes/smollm2/market_grpo.yaml" in " ".join(full["grpo"])
     assert float(full["grpo"][full["grpo"].index("--beta") + 1]) > 0  # held near its SFT start, as the bilateral RL
-    # the command parses as grpo.py's own parser reads it (recipe, then flags): a market run with refusal shaping
+    # GRPO on the subset of tasks the preset names (one --tasks: the stage's own replaces the family's); the
+    # evaluation on every task
+    assert [x for x in full["grpo"] if x == "--tasks"] == ["--tasks"]
+    assert full["grpo"][full["grpo"].index("--tasks") + 1] == "single_trade,market_round"
+    assert full["evaluate"][full["evaluate"].index("--tasks") + 1] == "single_trade,market_round,coalition_market"
+    # the command parses as grpo.py's own parser reads it (recipe, then flags): the environment's reward alone (the
+    # refusal-shaped first run's greedy lab waited at every move)
     from trl import ModelConfig, TrlParser
 
     from training.common.cli import parse
     from training.rl.run import GRPOScriptArguments, HaggleGRPOConfig
     (script, cfg, _), _ = parse(TrlParser((GRPOScriptArguments, HaggleGRPOConfig, ModelConfig)), full["grpo"][1:],
                                 "grpo")
-    assert script.env == "market" and script.refusal_weight > 0 and cfg.max_steps == 12 and cfg.beta > 0
+    assert script.env == "market" and script.refusal_weight == 0 and cfg.max_steps == 12 and cfg.beta > 0
+    assert script.tasks == "single_trade,market_round"
     ev = full["evaluate"]
     assert ev[ev.index("--temperature") + 1] == "0" and "--cell_cache" in ev
     labs = [x.split("=")[0] for x in ev[ev.index("--models") + 1].split(",")]

@@ -205,6 +205,7 @@ def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -
     family = "market_tiny" if model == "tiny" else "market_smollm2"
     size = {k: _stage_flags("smoke" if smoke else preset, k, family=family) for k in ("sft", "grpo", "evaluate")}
     tasks = yaml.safe_load(RECIPE.read_text())[family]["tasks"]
+    task_of = {k: _take_flag(v, "--tasks") for k, v in size.items() if "--tasks" in v}  # a stage's own subset
     curve = "tiny_market" if model == "tiny" else "smollm2_market"  # names its artifacts, curves and rows
     base = str(work / "tiny-base") if model == "tiny" else model
     sft, grpo = work / "sft" / "final", work / "grpo" / "final"
@@ -214,11 +215,11 @@ def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -
     models = {f"{curve}_grpo": str(grpo), f"{curve}_sft": str(sft), f"{curve}_base": base}
     plan = [
         *([("tiny", ["training/build_tiny.py", "--out", base])] if model == "tiny" else []),
-        ("sft", ["training/sft.py", *s, "--env", "market", "--tasks", tasks, "--model", base, *size["sft"],
+        ("sft", ["training/sft.py", *s, "--env", "market", "--tasks", task_of.get("sft", tasks), "--model", base, *size["sft"],
                  "--output_dir", str(work / "sft"), "--curve", str(art / f"sft_{curve}_training_curve.json")]),
         ("grpo", ["training/grpo.py", *s, *([] if model == "tiny" else
                                             ["--config", str(MARKET_GRPO_RECIPE.relative_to(REPO_ROOT))]),
-                  "--env", "market", "--tasks", tasks, *recipe_flags(RECIPE, "rl"), *size["grpo"],
+                  "--env", "market", "--tasks", task_of.get("grpo", tasks), *recipe_flags(RECIPE, "rl"), *size["grpo"],
                   "--model_name_or_path", str(sft), "--output_dir", str(work / "grpo"),
                   "--episode_log", str(work / "grpo" / "episodes"),
                   "--curve", str(art / f"grpo_{curve}_training_curve.json")]),
@@ -248,6 +249,14 @@ def ship_market_adapter(final: Path, ship: Path, done: list[dict]) -> None:
                "Its evaluations are the `smollm2_market_*` rows of `artifacts/eval_smollm2_market.json` (and, joined, of "
                "`artifacts/eval_market.json`); each stage's commit, code and wall time are in "
                "`artifacts/pipeline_smollm2_market.json`.")
+
+
+def _take_flag(flags: list[str], name: str) -> str:
+    """Remove ``name`` and its value from ``flags``; return the value."""
+    i = flags.index(name)
+    value = flags[i + 1]
+    del flags[i:i + 2]
+    return value
 
 
 def _stage_flags(preset: str, stage: str, family: str = "") -> list[str]:
