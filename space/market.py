@@ -349,7 +349,8 @@ def showcase_seed(task: str = "coalition_market", policy: str = "expert", limit:
 # ---------------------------------------------------------------------- before vs after (stored games)
 BEFORE_AFTER_RULE = ("The seed shown first for each task is chosen by a rule, not by hand: of the held-out seeds "
                      "every lab played, the one where training changed lab 0's reward most (the largest |reward of "
-                     "the RL lab − reward of the untrained one|; a tie goes to the lowest seed).")
+                     "the RL lab − reward of the untrained one|, or of the SFT one on a task the untrained model did "
+                     "not play; a tie goes to the lowest seed).")
 
 
 def side_by_side(name: str | None) -> dict[str, dict[int, dict[str, dict]]]:
@@ -375,10 +376,11 @@ def side_by_side(name: str | None) -> dict[str, dict[int, dict[str, dict]]]:
 
 
 def before_after_pair(policies) -> tuple[str, str]:
-    """The untrained and the RL lab among ``policies`` (by their ``_base`` and ``_grpo`` names; else the first and the
-    last model lab)."""
+    """The earliest and the RL lab among ``policies``: before is the untrained lab (``_base``), else the SFT one
+    (``_sft``: a task the untrained model did not play), else the first model lab; after is the ``_grpo`` lab, else
+    the last model lab."""
     models = [p for p in policies if p not in POLICIES]
-    before = next((p for p in models if p.endswith("_base")), models[0])
+    before = next((p for stage in ("_base", "_sft") for p in models if p.endswith(stage)), models[0])
     after = next((p for p in models if p.endswith("_grpo")), models[-1])
     return before, after
 

@@ -260,7 +260,8 @@ def test_a_model_game_replays_from_its_recorded_actions(tiny, task):
         replay_market(task, 5, rec.actions + ['{"action": "pass"}'])
 
 
-def test_market_model_evaluation_resumes_from_its_cell_cache_and_joins_scripted_rows(tiny_dir, tmp_path, monkeypatch):
+def test_market_model_evaluation_resumes_from_its_cell_cache_and_joins_scripted_rows(tiny_dir, tmp_path, monkeypatch,
+                                                                                        capsys):
     """A rerun with --cell_cache plays nothing (the model is not even loaded) and writes the same rows; a later run
     on more seeds includes those model rows, labelled as played on the first seeds, with the scripted rows of the
     same seeds beside them."""
@@ -277,6 +278,21 @@ def test_market_model_evaluation_resumes_from_its_cell_cache_and_joins_scripted_
     monkeypatch.setattr(adapter, "build_agent", no_model)
     b = evaluate.main([*argv, "--out", str(tmp_path / "b.json")])
     assert b["rows"] == a["rows"] and len(b["cells_resumed"]) == 2
+    # --model_tasks: the lab plays its own tasks only (read back: the option is not in a batch's key), the scripted
+    # policies every task
+    two = ["--tasks", "single_trade,market_round", "--model_tasks", "lm=single_trade"]
+    c = evaluate.main([*argv, *two, "--out", ""])
+    assert [r for r in c["rows"] if r["policy"] == "lm"] == [r for r in a["rows"] if r["policy"] == "lm"]
+    assert {(r["policy"], r["task"]) for r in c["rows"] if r["policy"] != "lm"} == \
+        {(p, t) for p in ("expert", "idle") for t in ("single_trade", "market_round")}
+    for bad, says in ((["--model_tasks", "other=single_trade"], "not in --models"),
+                      (["--model_tasks", "lm=coalition_market"], "not in --tasks"),
+                      (["--model_tasks", "lm"], "name=task+task"),
+                      (["--model_tasks", "lm=single_trade,lm=market_round"], "twice"),
+                      (["--model_tasks", "lm=spot"], "spot")):
+        with pytest.raises(SystemExit):
+            evaluate.main([*argv, "--tasks", "single_trade,market_round", *bad, "--out", ""])
+        assert says in capsys.readouterr().err
     monkeypatch.undo()
     joined = evaluate.main(["--env", "market", "--policies", "expert", "--tasks", "single_trade", "--episodes", "5",
                             "--include_rows", str(first), "--out", "", "--transcripts", "", "--progress", "false"])
@@ -356,6 +372,7 @@ def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp
     assert script.tasks == "single_trade,market_round"
     ev = full["evaluate"]
     assert ev[ev.index("--temperature") + 1] == "0" and "--cell_cache" in ev
+    assert ev[ev.index("--model_tasks") + 1] == "smollm2_market_base=single_trade"  # names a lab of --models
     labs = [x.split("=")[0] for x in ev[ev.index("--models") + 1].split(",")]
     assert labs == ["smollm2_market_grpo", "smollm2_market_sft", "smollm2_market_base"]  # the headline row first
     assert int(ev[ev.index("--transcript_seeds") + 1]) > 0  # every lab's games on the first seeds: the Space's before/after

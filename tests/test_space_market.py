@@ -267,6 +267,8 @@ def test_the_market_before_after_seed_follows_its_rule_and_shows_every_lab_on_on
     assert list(sides) == [st] and list(sides[st]) == [5, 7, 9]
     assert all(list(g) == ["m_base", "m_sft", "m_grpo", "expert"] for g in sides[st].values())
     assert M.before_after_pair(sides[st][5]) == ("m_base", "m_grpo")
+    # a task the untrained model did not play (evaluate.py --model_tasks): the SFT lab is the before
+    assert M.before_after_pair({p: g for p, g in sides[st][5].items() if p != "m_base"}) == ("m_sft", "m_grpo")
     assert M.before_after_seed(sides[st]) == 9  # the largest change, a fall included
     tie = {7: sides[st][7], 9: {**sides[st][9], "m_grpo": _game(st, 9, "m_grpo", -0.6)}}
     assert M.before_after_seed(tie) == 7  # |+0.6| = |-0.6|: the lower seed

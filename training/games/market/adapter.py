@@ -114,7 +114,8 @@ class MarketGame:
         from training.games.market.rollout import play_market_episodes  # noqa: PLC0415
 
         start = time.perf_counter()
-        total = len(config.task_names) * (len(config.policy_names) + len(config.model_paths)) * config.episodes
+        labs = {name: config.model_task_names.get(name, config.task_names) for name in config.model_paths}
+        total = (len(config.task_names) * len(config.policy_names) + sum(map(len, labs.values()))) * config.episodes
         with tqdm(total=total, desc="market", unit="episode", disable=not config.progress, file=sys.stderr) as bar:
             rows, judged = evaluate(config.task_names, {p: (lambda p=p: make_policy(p)) for p in config.policy_names},
                                     config.episodes, config.seed_base, on_episode=lambda: bar.update(1))
@@ -122,7 +123,7 @@ class MarketGame:
             side_by_side = []  # (policy, env): the first --transcript_seeds games of every model lab, and the expert's
             for name, path in config.model_paths.items():
                 agent = None  # loaded when a batch is not in the cache
-                for task in config.task_names:
+                for task in labs[name]:
                     envs = []
                     for lo in range(0, config.episodes, config.batch_size):
                         batch = [(task, config.seed_base + k) for k in range(lo, min(lo + config.batch_size,
@@ -172,7 +173,7 @@ class MarketGame:
 
 # options that do not change a model batch's episodes: left out of its cell key
 NOT_IN_CELL_KEY = ("out", "transcripts", "transcript_seeds", "progress", "tasks", "policies", "episodes", "models", "cell_cache",
-                   "include_rows", "batch_size")
+                   "include_rows", "batch_size", "model_tasks")
 
 
 def _cell_cache(config, sampling: SamplingConfig):

@@ -25,6 +25,10 @@ class MarketEvalArgs(EvalArgs):
     episodes: int = field(default=500, metadata={"help": "market: held-out seeds per task x policy"})
     models: str = field(default="", metadata={"help": "market: model labs added to --policies: name=path,... (tiny, "
                                                       "a checkpoint folder or a Hub id), through the rollout engine"})
+    model_tasks: str = field(default="", metadata={
+        "help": "market: name=task+task,... plays a --models lab on those tasks only (the others get no row for it: "
+                "e.g. an untrained model whose every reply is refused, where each game costs minutes); '' = every "
+                "task"})
     cell_cache: str = field(default="", metadata={
         "help": "market: a JSONL file keeping every finished batch of model episodes (lab 0's actions, replayed on "
                 "read-back): a rerun with the same settings and weights reads them back, so an evaluation longer "
@@ -48,6 +52,19 @@ class MarketEvalArgs(EvalArgs):
         self.task_names = parse_names(self.tasks, TASKS, "task")
         self.policy_names = [] if self.policies == "none" else parse_names(self.policies, POLICIES, "policy")
         self.model_paths = dict(name_path(x.strip(), "--models", POLICIES) for x in self.models.split(",") if x.strip())
+        self.model_task_names = {}  # a model lab's own tasks (--model_tasks); the others play every task
+        for item in (x.strip() for x in self.model_tasks.split(",") if x.strip()):
+            name, sep, tasks = (part.strip() for part in item.partition("="))
+            if not sep or not name or not tasks:
+                raise ValueError(f"--model_tasks takes name=task+task pairs, got {item!r}")
+            if name not in self.model_paths:
+                raise ValueError(f"--model_tasks names {name!r}, which is not in --models")
+            if name in self.model_task_names:
+                raise ValueError(f"--model_tasks names {name!r} twice")
+            picked = parse_names(tasks.replace("+", ","), TASKS, "task")
+            if missing := [t for t in picked if t not in self.task_names]:
+                raise ValueError(f"--model_tasks gives {name!r} task {missing[0]!r}, which is not in --tasks")
+            self.model_task_names[name] = picked
         if not self.policy_names and not self.model_paths and not self.include_rows:
             raise ValueError("nothing to evaluate: give --policies or --models")
         if self.transcript_seeds < 0 or self.transcript_seeds > self.episodes:
