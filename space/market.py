@@ -190,6 +190,7 @@ def view(game: MarketSession) -> dict:
     state = {
         "session_id": game.id, "task": game.match.task, "seed": game.match.seed, "policy": game.policy,
         "counterparts": game.counterparts, "you": "lab0" if game.human else None,
+        "model": getattr(game.match.players[0], "name", None) if game.policy == MODEL else None,
         "round": min(env.round, w.task.rounds - 1), "rounds": w.task.rounds, "labs": env.labs,
         "done": env.done, "to_move": None if env.done else f"lab{env.to_move}",
     }
@@ -462,7 +463,8 @@ def person_markdown(state: dict) -> str:
 
 
 def card_markdown(state: dict) -> str:
-    who = "you (lab0)" if state["you"] else f"**{state['policy']}**"
+    who = "you (lab0)" if state["you"] else f"**{state['policy']}**" + (f" (`{state['model']}`, greedy)"
+                                                                        if state.get("model") else "")
     head = (f"### {state['task']} · seed {state['seed']}\nLab 0: {who}; the other {state['labs'] - 1} lab(s): "
             f"{'archetypes drawn from the seed' if state['counterparts'] == WORLD else state['counterparts']}. "
             f"Round {state['round']} of {state['rounds']}" + (" · **game over**" if state["done"] else "") + ".")

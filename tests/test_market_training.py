@@ -393,3 +393,28 @@ def test_the_market_plans_train_what_fits_and_ship_only_the_full_smollm2_run(tmp
     for bad in (["--sft-from", "x"], ["--preset", "full"], ["--skip", "sdpo"]):  # full: not for the tiny model
         with pytest.raises(SystemExit):
             pipeline.main(["--env", "market", *bad])
+
+
+def test_the_shipped_market_cards_results_are_the_evaluations_rows_beside_the_expert_best_baseline_and_idle(tmp_path):
+    """The card tables each task a model lab played: every model row, the expert, the best scripted baseline (by
+    mean, on the same file) and idle, with their numbers as the evaluation wrote them; no model rows, no table."""
+    from training import pipeline
+
+    def row(policy, task, mean, invalid=0.0):
+        return {"policy": policy, "task": task, "episodes": 50, "reward_mean": mean,
+                "reward_ci95": [mean - 0.1, mean + 0.1], "invalid_rate": invalid, "deals_mean": 0.5,
+                "job_completion_rate": 0.25}
+
+    rows = [row("expert", "single_trade", 0.7), row("no_negotiation", "single_trade", 0.4),
+            row("greedy_bidder", "single_trade", -0.1), row("idle", "single_trade", 0.0),
+            row("smollm2_market_grpo", "single_trade", 0.0), row("smollm2_market_sft", "single_trade", 0.02, 0.07),
+            row("expert", "market_round", 0.8), row("greedy_bidder", "market_round", 0.3)]  # no model lab here
+    (tmp_path / "e.json").write_text(json.dumps({"rows": rows}))
+    md = pipeline.market_results_md(tmp_path / "e.json")
+    table = [line for line in md.splitlines() if line.startswith("| single_trade")]
+    assert [line.split(" | ")[1] for line in table] == ["smollm2_market_grpo", "smollm2_market_sft", "expert",
+                                                          "no_negotiation (best baseline)", "idle"]
+    assert "+0.020 (-0.080, +0.120) | 7.0%" in md and "market_round" not in md
+    assert pipeline.market_results_md(tmp_path / "missing.json") == ""
+    (tmp_path / "s.json").write_text(json.dumps({"rows": rows[:4]}))  # scripted rows only
+    assert pipeline.market_results_md(tmp_path / "s.json") == ""

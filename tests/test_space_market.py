@@ -232,6 +232,7 @@ def test_the_trained_lab_plays_lab_0_in_the_space_only_where_there_is_one(monkey
     monkeypatch.setitem(space_model._loaded, str(tiny_dir), TransformersBackend(model, tok, greedy))
     st = app.market_play(task="single_trade", policy=M.MODEL, seed=3)
     assert st["done"] and st["policy"] == M.MODEL and any(s["lab"] == 1 for s in st["steps"])
+    assert f"**model** (`{tiny_dir.name}`, greedy)" in card_markdown(st)  # the page names the lab in the seat
     agent = LLMAgent(TransformersBackend(model, tok, greedy), "option_a")
     engine = play_market_episodes([("single_trade", 3)], agent)[0].env
     assert st["steps"] == from_one(engine.transcript), "the page's model lab plays as the evaluation's engine"

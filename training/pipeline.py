@@ -237,9 +237,35 @@ def market_stages(work: Path, art: Path, model: str, preset: str, smoke: bool) -
     return plan
 
 
+def market_results_md(eval_file: Path, prefix: str = "smollm2_market_") -> str:
+    """The card's results: per task, the model labs' rows of ``eval_file`` beside the expert, the best scripted
+    baseline and ``idle`` (doing nothing, reward 0) on the same seeds, as written by the evaluation."""
+    from env.market import BASELINES  # noqa: PLC0415
+
+    try:
+        rows = json.loads(eval_file.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    lines = ["| task | lab 0 | episodes | reward (95% CI) | refused actions | deals/game | jobs done |",
+             "|---|---|---|---|---|---|---|"]
+    for task in dict.fromkeys(r["task"] for r in rows if r["policy"].startswith(prefix)):
+        here = [r for r in rows if r["task"] == task]
+        best = max((r for r in here if r["policy"] in BASELINES), key=lambda r: r["reward_mean"], default=None)
+        picked = [r for r in here if r["policy"].startswith(prefix)] + [
+            r for r in (next((r for r in here if r["policy"] == "expert"), None), best,
+                        next((r for r in here if r["policy"] == "idle"), None)) if r]
+        for r in picked:
+            lo, hi = r["reward_ci95"]
+            who = r["policy"] + (" (best baseline)" if r is best else "")
+            lines.append(f"| {task} | {who} | {r['episodes']} | {r['reward_mean']:+.3f} ({lo:+.3f}, {hi:+.3f}) | "
+                         f"{r['invalid_rate']:.1%} | {r['deals_mean']:.2f} | {r['job_completion_rate']:.0%} |")
+    return ("Measured (greedy, held-out seeds, `" + relative(str(eval_file)) + "`; reward 0 is doing nothing):\n\n"
+            + "\n".join(lines)) if len(lines) > 2 else ""
+
+
 def ship_market_adapter(final: Path, ship: Path, done: list[dict]) -> None:
     """Copy the market GRPO LoRA adapter where the Space seats it as lab 0 (``HAGGLE_MARKET_MODEL`` overrides), with
-    a card naming its rows and curves and a note of how it was made."""
+    a card naming its rows and curves, the rows themselves and a note of how it was made."""
     _ship_lora(final, ship, done, {"eval_policy": "smollm2_market_grpo", "eval_file": "eval_market.json",
                                    "market_before_after": "transcripts/eval_smollm2_market.jsonl",
                                    "curves": ["sft_smollm2_market_training_curve.json",
@@ -248,7 +274,8 @@ def ship_market_adapter(final: Path, ship: Path, done: list[dict]) -> None:
                "games, then GRPO with the environment's reward", "--model smollm2-135m --env market",
                "Its evaluations are the `smollm2_market_*` rows of `artifacts/eval_smollm2_market.json` (and, joined, of "
                "`artifacts/eval_market.json`); each stage's commit, code and wall time are in "
-               "`artifacts/pipeline_smollm2_market.json`.")
+               "`artifacts/pipeline_smollm2_market.json`.\n\n"
+               + market_results_md(ship.parent.parent / "eval_smollm2_market.json"))
 
 
 def _take_flag(flags: list[str], name: str) -> str:
