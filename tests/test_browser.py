@@ -51,6 +51,12 @@ def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name, selected=True).wait_for(timeout=30_000)
 
 
+def pick(page, dropdown: str, option: str) -> None:
+    """Choose ``option`` in the dropdown whose element id is ``dropdown``."""
+    page.locator(f"#{dropdown} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
 def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{re.sub(r'[^a-z]+', '-', name.lower()).strip('-')}.png"), full_page=True)
@@ -150,8 +156,7 @@ def test_a_market_game_by_the_expert_and_by_a_person(page):
     assert "Round 1 of 8" in rounds.inner_text() and "judge score" in rounds.inner_text().lower()
     assert "reward" in page.locator("#market-outcome").inner_text()
     shot(page, "GPU market")
-    page.locator("#market-policy input").click()
-    page.get_by_role("option", name="human", exact=True).click()
+    pick(page, "market-policy", "human")
     page.locator("#market-start").click()
     # exact: the before/after games below may quote a model's reply that starts the same way
     page.get_by_text("You are lab0", exact=True).wait_for(timeout=30_000)
@@ -285,8 +290,7 @@ def test_a_person_selling_sees_why_a_move_was_refused_and_the_model_is_only_a_bu
     names = [o.inner_text() for o in page.get_by_role("option").all()]
     assert "human" in names and "model" not in names, names
     page.get_by_role("option", name="human", exact=True).click()
-    page.locator("#play-buyer input").click()
-    page.get_by_role("option", name="expert", exact=True).click()
+    pick(page, "play-buyer", "expert")
     page.locator("#start-game").click()
     card = page.locator("#game-card")
     card.get_by_text("Your cost (private)").wait_for(timeout=30_000)
@@ -309,10 +313,8 @@ def test_the_shipped_smollm2_rl_buyer_plays_a_whole_game_in_the_model_seat(page,
     seat = headline_checkpoint()
     assert seat.name == "grpo-smollm2" and "smollm2" in str(read_lineage(str(seat))).lower(), seat
     open_tab(page, "Play")
-    page.locator("#play-buyer input").click()
-    page.get_by_role("option", name="model", exact=True).click()
-    page.locator("#play-seller input").click()
-    page.get_by_role("option", name="conceder", exact=True).click()
+    pick(page, "play-buyer", "model")
+    pick(page, "play-seller", "conceder")
     page.locator("#start-game").click()
     outcome = page.locator("#game-outcome")
     outcome.get_by_text("reward").first.wait_for(timeout=300_000)  # SmolLM2 on a 2-core CPU: ~10 s a reply
@@ -333,10 +335,8 @@ def test_the_shipped_market_lab_plays_a_whole_market_game_as_lab_0(page):
 
     assert market_model_path() == str(MARKET_SHIPPED) and (MARKET_SHIPPED / "adapter_model.safetensors").is_file()
     open_tab(page, "GPU market")
-    page.locator("#market-task input").click()
-    page.get_by_role("option", name="single_trade", exact=True).click()
-    page.locator("#market-policy input").click()
-    page.get_by_role("option", name="model", exact=True).click()
+    pick(page, "market-task", "single_trade")
+    pick(page, "market-policy", "model")
     page.locator("#market-start").click()
     # this game's card (not the last test's game, still on the page): the model named in lab 0's seat, game over;
     # SmolLM2 on a 2-core CPU takes seconds an action
