@@ -76,6 +76,10 @@ def launch(**kwargs):
         except ImportError:
             mcp = False
     block = not kwargs.pop("prevent_thread_lock", False)
+    # uvicorn would take X-Forwarded-For from any local client as its address: the per-client share of
+    # live games reads the real peer, and the forwarded address only from the proxies space/sessions.py
+    # trusts ($HAGGLE_TRUSTED_PROXIES; the Space's own proxy on Hugging Face)
+    os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
     served = demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], prevent_thread_lock=True, **kwargs)
     warm_up()  # once the page is served: its model loading would hold the interpreter while the server starts
     if block:

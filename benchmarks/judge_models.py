@@ -19,6 +19,7 @@ import time
 
 from env.market import MarketEnv, make_policy, play_market
 from env.market.judge import LLMJudge, RubricJudge, read_verdict
+from env.untrusted import TextGuard
 from training.common.provenance import benchmark_artifact
 from env.market.world import TASKS
 
@@ -55,7 +56,7 @@ def rate(model_name: str, pitches: list[tuple], max_new_tokens: int, batch: int)
     from training.engine.models import load_model  # noqa: PLC0415
 
     model, tok = load_model(model_name, device="cpu", dtype="float32")
-    judge = LLMJudge(lambda prompt: "", seed=0)
+    judge = LLMJudge(lambda prompt: "", guard=TextGuard.for_tokenizer(tok))  # the pitch guarded for this model
     calls = [(judge.new_nonce(), p) for p in pitches]
     prompts = [tok.apply_chat_template([{"role": "user", "content": judge.prompt(t, a, f, nonce)}], tokenize=False,
                                        add_generation_prompt=True) for nonce, (t, a, f) in calls]
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     for r in results:
         print(f"{r['model']}: {r['valid_verdicts']}/{r['prompts']} valid verdicts ({r['valid_rate']:.0%}), "
               f"forged pitches scored 1.0: {r['forged_pitches_scored_1']}")
-    return benchmark_artifact(args.out, vars(args), {"market_seed_base": SEED_BASE, "judge_nonce_seed": 0}, start,
+    return benchmark_artifact(args.out, vars(args), {"market_seed_base": SEED_BASE}, start,
                               results)
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ is lab 0's own view with the dense reward earned since its previous action.
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Optional
 
 from fastapi import FastAPI, HTTPException, Request, WebSocketDisconnect
@@ -35,7 +36,7 @@ from pydantic import ValidationError
 
 from serving.bargain import BargainAction, BargainEnvironment, BargainObservation
 from serving.base import BadReset, EpisodeNotStarted
-from serving.guard import BadJSON, ClientSessions, Guard, client_of, strict_loads
+from serving.guard import BadJSON, ClientShareError, Guard, strict_loads
 from serving.market import MarketAction, MarketEnvironment, MarketObservation
 from serving.openenv_adapter import SessionCapacityError, SessionServer
 
@@ -64,13 +65,12 @@ def build_app(name: str | tuple = "bargain", max_sessions: int = DEFAULT_MAX_SES
     if not 1 <= per_client <= max_sessions:
         raise ValueError(f"per_client must be from 1 to max_sessions ({max_sessions}), got {per_client}")
     app = FastAPI(title=f"Haggle OpenEnv server: {name}", docs_url="/docs")
-    server = SessionServer(factory, action_cls, obs_cls, max_sessions, idle_timeout_s)
-    clients = ClientSessions(per_client, lambda session_id: server.get(session_id) is not None)
+    server = SessionServer(factory, action_cls, obs_cls, max_sessions, idle_timeout_s, per_client)
     server.register_routes(app)
     app.add_middleware(QuietDisconnects)
-    app.add_middleware(Guard, max_body_bytes=max_body_bytes, sessions=clients)
+    app.add_middleware(Guard, max_body_bytes=max_body_bytes)
     _add_limits(app)
-    _add_http_sessions(app, server, action_cls, clients)
+    _add_http_sessions(app, server, action_cls)
     return app
 
 
@@ -105,7 +105,7 @@ def default_per_client(max_sessions: int) -> int:
     return max(1, max_sessions // 8)
 
 
-def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls, clients: ClientSessions) -> None:
+def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls) -> None:
     """Stateful HTTP: the WebSocket sessions' machinery (cap, idle reaper) behind plain requests."""
 
     def session(session_id: str):
@@ -116,23 +116,21 @@ def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls, clients:
         return env
 
     @app.post("/sessions", status_code=201, tags=["Sessions"], summary="Open a session (its own environment)")
-    async def open_session(request: Request):
-        client = client_of(request.scope)
-        if clients.full(client) and not server.full():  # a full server answers 503 below, for everyone
-            raise HTTPException(429, clients.message(client))
+    async def open_session():
         try:
             session_id = await server.create()
+        except ClientShareError as exc:
+            raise HTTPException(429, str(exc)) from None
         except SessionCapacityError as exc:
             raise HTTPException(503, f"at capacity: {exc.active_sessions} of {exc.max_sessions} sessions in use; "
                                      "close one or retry later") from None
-        clients.add_http(client, session_id)
         return {"session_id": session_id}
 
     @app.post("/sessions/{session_id}/reset", tags=["Sessions"], summary="Reset the session's environment")
     async def session_reset(session_id: str, request: Request):
         env = session(session_id)
         body = await _json(request)
-        obs = await server.run(session_id, env.reset, **body)
+        obs = await server.run(session_id, functools.partial(env.reset, **body))
         return serialize_observation(obs)
 
     @app.post("/sessions/{session_id}/step", tags=["Sessions"], summary="Step the session's environment")
@@ -145,7 +143,7 @@ def _add_http_sessions(app: FastAPI, server: SessionServer, action_cls, clients:
             action = deserialize_action(body["action"], action_cls)
         except ValidationError as exc:
             raise HTTPException(422, exc.errors(include_url=False, include_context=False)) from None
-        obs = await server.run(session_id, env.step, action, step=True)
+        obs = await server.run(session_id, functools.partial(env.step, action), step=True)
         return serialize_observation(obs)
 
     @app.get("/sessions/{session_id}/state", tags=["Sessions"], summary="The session's state")
@@ -180,9 +178,10 @@ def main(argv: list[str] | None = None) -> None:
                                                                                          "session is closed")
     ap.add_argument("--per-client-sessions", type=int, default=None, help="sessions one client (remote address) "
                     "may hold, WebSocket and HTTP together (default: an eighth of --max-sessions)")
-    ap.add_argument("--forwarded-allow-ips", default=None, help="proxies trusted to name the client in "
-                    "X-Forwarded-For (uvicorn's option; default 127.0.0.1): behind a proxy the per-client limit "
-                    "needs it, or every visitor counts as the proxy")
+    ap.add_argument("--forwarded-allow-ips", default=None, help="comma list of proxy addresses trusted to name "
+                    "the client in X-Forwarded-For (uvicorn's option). Default: none, the TCP peer is the client, so "
+                    "a client cannot claim other addresses to get more sessions. Behind a proxy, give the proxy's "
+                    "address, or every visitor counts as the proxy")
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
     args = ap.parse_args(argv)
     if args.max_sessions < 1 or args.idle_timeout <= 0 or args.max_body_bytes < 1024:
@@ -199,7 +198,17 @@ def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, max_body_byte
     """Run ``app`` with uvicorn the way ``python -m serving`` does (blocks)."""
     import uvicorn  # noqa: PLC0415
 
-    # No per-message deflate: observations are a few hundred bytes, compressing them costs more than it saves.
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=max_body_bytes,
-                ws_per_message_deflate=False, forwarded_allow_ips=forwarded_allow_ips)
+    uvicorn.Server(uvicorn_config(app, host, port, max_body_bytes, forwarded_allow_ips)).run()
 
+
+def uvicorn_config(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, max_body_bytes: int = MAX_BODY_BYTES,
+                   forwarded_allow_ips: str | None = None):
+    """How ``serve`` runs uvicorn. ``X-Forwarded-For`` is read only from the proxies in
+    ``forwarded_allow_ips`` (uvicorn alone trusts 127.0.0.1, so any local client could name itself
+    anything and take another client's share)."""
+    import uvicorn  # noqa: PLC0415
+
+    # No per-message deflate: observations are a few hundred bytes, compressing them costs more than it saves.
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=max_body_bytes,
+                          ws_per_message_deflate=False, proxy_headers=bool(forwarded_allow_ips),
+                          forwarded_allow_ips=forwarded_allow_ips or None)

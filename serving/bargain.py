@@ -8,15 +8,15 @@ from typing import Any, Literal, Optional
 
 from openenv.core.env_server import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field, model_validator
+from pydantic import Field, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
 from env.bargain.env import DEFAULT_MAX_TURNS
 from env.bargain.play import Match, SettingsError, check_max_turns, check_mode, check_seed, pick_scenario
-from env.bargain.players import BUYERS, SELLERS, make_player
+from env.bargain.players import ALL_SELLERS, BUYERS, make_player
 from env.bargain.protocol import ACTION_KINDS, MAX_REPLY_CHARS, MAX_TALK_CHARS, Action as Move, compose_reply
 from env.bargain.rules import BUYER, OTHER, SELLER
-from serving.base import BadReset, EpisodeNotStarted, InlineSteps
+from serving.base import BadReset, EpisodeNotStarted, InlineSteps, ResetOptions
 
 
 class BargainAction(Action):
@@ -68,6 +68,18 @@ class BargainObservation(Observation):
     metrics: Optional[dict] = Field(default=None, description="the episode's metrics, once it has ended")
 
 
+class BargainReset(ResetOptions):
+    """Reset options of the bilateral game (see ``BargainEnvironment.reset``)."""
+
+    source: StrictStr = "builtin"
+    split: StrictStr = "test"
+    product: Optional[int] = None
+    opponent: Optional[StrictStr] = None
+    role: StrictStr = BUYER
+    reasoning_mode: StrictStr = "option_a"
+    max_turns: int = DEFAULT_MAX_TURNS
+
+
 class BargainState(State):
     """Operator view of a session: the episode's identity and progress, no private values."""
 
@@ -93,15 +105,16 @@ class BargainEnvironment(InlineSteps, Environment[BargainAction, BargainObservat
         self._info = {}
         self.role, self.mode, self.last_error, self._steps, self._seen = BUYER, "option_a", None, 0, 0
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, source: str = "builtin",
-              split: str = "test", product: Optional[int] = None, opponent: Optional[str] = None,
-              role: str = BUYER, reasoning_mode: str = "option_a", max_turns: int = DEFAULT_MAX_TURNS,
-              **_: Any) -> BargainObservation:
-        """Start an episode: ``product`` indexes the split (drawn from the seed when None)."""
+    def reset(self, /, **options: Any) -> BargainObservation:
+        """Start an episode with ``BargainReset``'s options: ``product`` indexes the split (drawn from the
+        seed when None), ``opponent`` names the scripted player in the other seat."""
+        o = BargainReset.read(options)
+        seed, episode_id, source, split, product = o.seed, o.episode_id, o.source, o.split, o.product
+        opponent, role, reasoning_mode, max_turns = o.opponent, o.role, o.reasoning_mode, o.max_turns
         if role not in (BUYER, SELLER):
             raise BadReset(f"role must be buyer or seller, got {role!r}")
         opponent = opponent or ("neutral" if role == BUYER else "expert")
-        table = SELLERS if role == BUYER else BUYERS
+        table = ALL_SELLERS if role == BUYER else BUYERS
         if opponent not in table:
             raise BadReset(f"unknown {OTHER[role]} {opponent!r}; choose from {', '.join(table)}")
         try:

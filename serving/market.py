@@ -7,13 +7,13 @@ from typing import Any, Optional
 
 from openenv.core.env_server import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field, model_validator
+from pydantic import Field, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
 from env.market.actions import MAX_ACTION_CHARS, Invalid, validate as validate_market
 from env.market.play import MarketMatch
 from env.settings import SettingsError, check_seed
-from serving.base import BadReset, EpisodeNotStarted, InlineSteps
+from serving.base import BadReset, EpisodeNotStarted, InlineSteps, ResetOptions
 
 
 class MarketAction(Action):
@@ -53,6 +53,13 @@ class MarketObservation(Observation):
     outcome: Optional[dict] = Field(default=None, description="lab 0's reward terms and outcome, once it has ended")
 
 
+class MarketReset(ResetOptions):
+    """Reset options of the market (see ``MarketEnvironment.reset``)."""
+
+    task: StrictStr = "single_trade"
+    counterparts: Optional[StrictStr] = None
+
+
 class MarketState(State):
     """Operator view of a market session: identity and progress, nothing private of any lab."""
 
@@ -76,8 +83,11 @@ class MarketEnvironment(InlineSteps, Environment[MarketAction, MarketObservation
         self._info: dict = {}
         self._steps, self._total = 0, 0.0
 
-    def reset(self, seed: Optional[int] = None, episode_id: Optional[str] = None, task: str = "single_trade",
-              counterparts: Optional[str] = None, **_: Any) -> MarketObservation:
+    def reset(self, /, **options: Any) -> MarketObservation:
+        """Start an episode with ``MarketReset``'s options: the task, and one archetype for every other lab
+        (``counterparts``; by default each lab's own)."""
+        o = MarketReset.read(options)
+        seed, episode_id, task, counterparts = o.seed, o.episode_id, o.task, o.counterparts
         try:
             seed = check_seed(0 if seed is None else seed)
             self.match = MarketMatch(task, seed, None, counterparts)

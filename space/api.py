@@ -10,7 +10,7 @@ import gradio as gr
 
 from env.bargain.env import DEFAULT_MAX_TURNS
 from env.bargain.evaluation import EVAL_SEED_BASE, SEEDS_PER_PRODUCT, mix_rows, play_cell, summarize_row
-from env.bargain.players import BUYERS, SELLERS, make_player
+from env.bargain.players import ALL_SELLERS, BUYERS, SELLERS, make_player
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import get_split
@@ -24,6 +24,7 @@ from space import market as M
 from space.bargain import HUMAN, MODEL, BargainSessions, GameError, available_sources, check_seed, view
 from space.challenge import NOTICE, ROLES, Challenges
 from space.model import load_seat, model_label, model_roles
+from space.sessions import client_of
 
 GAMES = BargainSessions(model_loader=load_seat, model_roles=model_roles)
 MARKETS = M.MarketSessions()
@@ -82,20 +83,20 @@ def list_scenarios(source: str = "builtin", split: str = "test") -> list[dict]:
 
 @gradio_errors
 def start_game(buyer: str = HUMAN, seller: str = "neutral", source: str = "builtin", product: int = -1,
-               seed: int = 0, reasoning_mode: str = "option_a") -> dict:
+               seed: int = 0, reasoning_mode: str = "option_a", request: gr.Request = None) -> dict:
     """Start a game in its own session on a held-out test product. Agents move until it is your turn.
     Returns the state with its session_id; while you play you see only your own side (your budget or
     your cost), and the whole game once it ends.
 
     Args:
         buyer: a scripted buyer (expert, always_accept, split_difference, lowballer, offer_budget, random_valid), 'model' (the trained checkpoint, a buyer) or 'human' (you move with send_reply).
-        seller: a scripted seller persona (neutral, boulware, conceder, tit_for_tat, begging, insulting, unyielding) or 'human'; 'model' only when the checkpoint was trained as a seller.
+        seller: a scripted seller persona (neutral, boulware, conceder, tit_for_tat, begging, insulting, unyielding, or liar, which lies about your budget) or 'human'; 'model' only when the checkpoint was trained as a seller.
         source: scenario source, 'builtin' or 'amazon' (where its data is present).
         product: index in the test split (see list_scenarios); -1 draws one from the seed.
         seed: the game's seed (a whole number from 0): the same seed replays the same game.
         reasoning_mode: 'option_a' (a Thought field) or 'option_b' (reasoning in <think> tags)."""
-    return GAMES.start(source=source, buyer=buyer, seller=seller, product=product_arg(product), seed=seed,
-                       reasoning_mode=reasoning_mode)
+    return GAMES.start(client_of(request), source=source, buyer=buyer, seller=seller, product=product_arg(product),
+                       seed=seed, reasoning_mode=reasoning_mode)
 
 
 @gradio_errors
@@ -127,7 +128,7 @@ def play_episode(buyer: str = "expert", seller: str = "neutral", source: str = "
 
     Args:
         buyer: a scripted buyer (expert, always_accept, split_difference, lowballer, offer_budget, random_valid) or 'model' (the trained checkpoint, which plays greedily).
-        seller: a scripted seller persona (neutral, boulware, conceder, tit_for_tat, begging, insulting, unyielding); 'model' only when the checkpoint was trained as a seller.
+        seller: a scripted seller persona (neutral, boulware, conceder, tit_for_tat, begging, insulting, unyielding, or liar, which lies about your budget); 'model' only when the checkpoint was trained as a seller.
         source: scenario source, 'builtin' or 'amazon' (where its data is present).
         product: index in the test split (see list_scenarios); -1 draws one from the seed.
         seed: the game's seed (a whole number from 0).
@@ -148,7 +149,7 @@ def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: i
 
     Args:
         buyer: a scripted buyer (expert, always_accept, split_difference, lowballer, offer_budget, random_valid) or 'model' (the trained checkpoint).
-        seller: one seller persona, or 'mix' for all seven pooled (the headline setting).
+        seller: one seller persona (or 'liar', the adversarial probe outside the mix), or 'mix' for the seven of the mix pooled (the headline setting).
         episodes: episodes per seller: up to 2,000 for a scripted buyer against the mix, 4 for the model.
         source: scenario source, 'builtin' or 'amazon' (where its data is present).
         seed: the first evaluation seed (1,000,000 by default; training uses lower ones).
@@ -157,8 +158,8 @@ def evaluate_policy(buyer: str = "expert", seller: str = SELLER_MIX, episodes: i
     if buyer != MODEL and buyer not in BUYERS:
         raise GameError(f"unknown buyer {buyer!r}; choose from {', '.join([*BUYERS, MODEL])}")
     sellers = list(SELLERS) if seller == SELLER_MIX else [seller]
-    if sellers[0] not in SELLERS:
-        raise GameError(f"unknown seller {seller!r}; choose from {', '.join([*SELLERS, SELLER_MIX])}")
+    if sellers[0] not in ALL_SELLERS:
+        raise GameError(f"unknown seller {seller!r}; choose from {', '.join([*ALL_SELLERS, SELLER_MIX])}")
     if reasoning_mode not in REASONING_MODES:
         raise GameError(f"reasoning_mode must be one of {', '.join(REASONING_MODES)}")
     if source not in available_sources():
@@ -205,7 +206,8 @@ def list_artifacts() -> list[dict]:
 
 # ---------------------------------------------------------------------- API: can you out-haggle it?
 @gradio_errors
-def challenge_start(role: str = "buyer", product: int = -1, name: str = "", source: str = "builtin") -> dict:
+def challenge_start(role: str = "buyer", product: int = -1, name: str = "", source: str = "builtin",
+                    request: gr.Request = None) -> dict:
     """Can you out-haggle the trained model? Start a challenge game on a held-out test product. As the buyer you
     face a scripted seller persona, and your score is compared with the trained model's and the rule-based
     expert's on the same game; as the seller you face the trained model (a buyer). The game's seed is drawn by the
@@ -218,7 +220,8 @@ def challenge_start(role: str = "buyer", product: int = -1, name: str = "", sour
         product: index in the test split (see list_scenarios); -1 draws one from the hidden seed.
         name: the name shown on the leaderboard (optional, at most 24 characters).
         source: scenario source, 'builtin' or 'amazon' (where its data is present)."""
-    return CHALLENGES.start(role=role, source=source, product=product_arg(product), name=name)
+    return CHALLENGES.start(role=role, source=source, product=product_arg(product), name=name,
+                            owner=client_of(request))
 
 
 @gradio_errors
@@ -253,7 +256,7 @@ def leaderboard(role: str = "buyer", n: int = 10) -> dict:
 # ---------------------------------------------------------------------- API: the GPU market
 @gradio_errors
 def market_start(task: str = "single_trade", policy: str = "human", seed: int = 0,
-                 counterparts: str = M.WORLD) -> dict:
+                 counterparts: str = M.WORLD, request: gr.Request = None) -> dict:
     """Start a GPU-market game in its own session. Returns the state with its session_id; while you play
     you see lab 0's view only. Rounds, job deadlines and block starts count from 1, as on the page.
 
@@ -262,7 +265,7 @@ def market_start(task: str = "single_trade", policy: str = "human", seed: int = 
         policy: who plays lab 0: 'expert' (the rule), a baseline policy, 'model' (the shipped trained lab) or 'human'.
         seed: the game's seed (a whole number from 0).
         counterparts: 'world' (the other labs' archetypes drawn from the seed) or one archetype for every other lab."""
-    return MARKETS.start(task=task, policy=policy, seed=seed, counterparts=counterparts)
+    return MARKETS.start(client_of(request), task=task, policy=policy, seed=seed, counterparts=counterparts)
 
 
 @gradio_errors

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv
 from env.bargain import play
 from env.bargain.play import Match, available_sources, check_max_turns, check_mode, pick_scenario
-from env.bargain.players import BUYERS, SELLERS, make_player
+from env.bargain.players import ALL_SELLERS, BUYERS, make_player
 from env.bargain.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REJECT, SELL, Action, compose_reply, format_price, \
     parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER, bargained_ratio
@@ -41,7 +41,7 @@ def check_seed(seed) -> int:
 def choices(role: str, model_roles: tuple[str, ...] | list[str] = (BUYER,)) -> list[str]:
     """Who may sit in ``role``: scripted players, the trained model (only in a role it was trained
     for) and a person."""
-    return [*(BUYERS if role == BUYER else SELLERS), *([MODEL] if role in model_roles else []), HUMAN]
+    return [*(BUYERS if role == BUYER else ALL_SELLERS), *([MODEL] if role in model_roles else []), HUMAN]
 
 
 def _seat(role: str, name: str, mode: str, model_loader, model_roles=(BUYER,)):
@@ -52,18 +52,25 @@ def _seat(role: str, name: str, mode: str, model_loader, model_roles=(BUYER,)):
             raise GameError(f"the model was trained as the {' and '.join(model_roles)} only, not the {role}; "
                             f"choose from {', '.join(choices(role, model_roles))}")
         return model_loader(role, mode)
-    if name not in (BUYERS if role == BUYER else SELLERS):
+    if name not in (BUYERS if role == BUYER else ALL_SELLERS):
         raise GameError(f"unknown {role} {name!r}; choose from {', '.join(choices(role, model_roles))}")
     return make_player(role, name, mode)
 
 
+HIDDEN = "hidden"  # a sealed seat's name while the game runs
+
+
 @dataclass
 class BargainSession(Session):
-    """A live bilateral game: its test product, reasoning format and the names in each seat."""
+    """A live bilateral game: its test product, reasoning format and the names in each seat.
+    ``sealed`` names what no view shows while the game runs (a challenge's ``seed``, ``product`` and
+    scripted opponent: with them a visitor could rehearse the very game); every view reads it, so no
+    endpoint can show them."""
 
     product: int
     mode: str
     names: dict
+    sealed: tuple = ()
 
     @property
     def human(self) -> str | None:
@@ -183,6 +190,12 @@ def view(game: BargainSession) -> dict:
         obs = env.observe(human)
         state.update({"budget" if human == BUYER else "cost": obs.private_value, "your_offer": obs.my_offer,
                       "their_offer": obs.their_offer, "messages": role_messages(env, human)})
+    if game.sealed and not env.done:
+        for key in game.sealed:
+            if key in (BUYER, SELLER):
+                state[key] = HIDDEN
+            else:
+                state.pop(key, None)
     if env.done:
         m = env.metrics()
         state["outcome"] = {**m.to_dict(), "seller_reward": env.reward_of(SELLER),

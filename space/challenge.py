@@ -27,6 +27,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import unicodedata
 import uuid
 from contextlib import closing
 from datetime import datetime, timezone
@@ -34,7 +35,9 @@ from pathlib import Path
 
 from env.bargain.players import SELLERS
 from env.bargain.rules import BUYER, SELLER
+from env.text import valid_text
 from space.bargain import HUMAN, MODEL, BargainSessions, GameError, check_seed
+from space.sessions import LOCAL
 
 log = logging.getLogger(__name__)
 ROLES = (BUYER, SELLER)
@@ -46,6 +49,14 @@ DB_ENV, REPO_ENV, EVERY_ENV = "HAGGLE_LEADERBOARD_DB", "HAGGLE_LEADERBOARD_REPO"
 MARGIN = "ROUND(reward - model_reward, 9)"  # the visitor's lead over the model on the same game (float noise is no lead)
 COLUMNS = ("id", "ended_at", "name", "role", "source", "product", "title", "seller", "seed", "reward", "model_reward",
            "reference", "reference_reward", "deal", "price", "turns")
+
+
+def clean_name(name: str) -> str:
+    """A visitor's name as the leaderboard keeps and shows it: valid text (a lone surrogate is U+FFFD, so
+    the record can be written), no control or format characters (a right-to-left override would make
+    "\u202eevil txt.exe" show as another name), blanks collapsed, at most ``NAME_CHARS`` characters."""
+    name = "".join(c for c in valid_text(name) if unicodedata.category(c) not in ("Cc", "Cf", "Co", "Cn"))
+    return " ".join(name.split())[:NAME_CHARS].strip()
 
 
 def default_path() -> Path:
@@ -172,18 +183,21 @@ class Challenges:
         return self._board
 
     def start(self, role: str = BUYER, source: str = "builtin", product: int | None = None, seed: int | None = None,
-              name: str = "") -> dict:
+              name: str = "", owner: str = LOCAL) -> dict:
         """A challenge game; ``seed`` None (what visitors get) draws it here, unseen until the game is over."""
         if role not in ROLES:
             raise GameError(f"role must be {' or '.join(ROLES)}; got {role!r}")
         seed = secrets.randbelow(2**31) if seed is None else check_seed(seed)
         if not isinstance(name, str):
             raise GameError("name must be text")
-        name = " ".join(name.split())[:NAME_CHARS]
+        name = clean_name(name)
         # the visitor as buyer meets a scripted seller persona drawn from the seed; as seller, the model buyer
         opponent = list(SELLERS)[seed % len(SELLERS)] if role == BUYER else MODEL
         seats = {"buyer": HUMAN, "seller": opponent} if role == BUYER else {"buyer": MODEL, "seller": HUMAN}
-        state = self.sessions.start(source=source, product=product, seed=seed, **seats)
+        game = self.sessions.new_game(source=source, product=product, seed=seed, **seats)
+        # what would let the visitor rehearse this very game stays out of every view until it ends
+        game.sealed = ("seed", "product", SELLER) if role == BUYER else ("seed", "product")
+        state = self.sessions.view(self.sessions.add(game, owner=owner))
         with self._lock:
             live = set(self.sessions.ids())  # challenges whose game expired are forgotten with it
             for sid in [s for s in self._meta if s not in live]:
@@ -202,9 +216,9 @@ class Challenges:
 
     def _finish(self, state: dict) -> dict:
         """The state, with the challenge's result once the game has ended (scored and recorded once); while it
-        runs, without its seed."""
+        runs, the session's view keeps it sealed (no seed, product or opponent)."""
         if not state["done"]:
-            return {k: v for k, v in state.items() if k != "seed"}
+            return state
         meta = self._meta[state["session_id"]]
         with self._lock:  # the attempt this request records, or waits for
             first, done = meta["recorded"] is None, meta["done"]

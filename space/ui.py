@@ -9,7 +9,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from env.bargain.players import BUYERS, SELLERS
+from env.bargain.players import ALL_SELLERS, BUYERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import get_split, load_scenarios
@@ -23,6 +23,7 @@ from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sour
 from space.card import card_facts, model_card
 from space.challenge import NOTICE, REFERENCE
 from space.model import ENV_VAR, market_model_path, model_label, model_path, model_roles
+from space.sessions import client_of
 
 PACE_S = 0.15  # pause between agents' replies in the page, so a game can be watched turn by turn
 
@@ -63,7 +64,7 @@ def models_overview() -> str:
 
 def players_table() -> list[list]:
     rows = [["buyer", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in BUYERS.items()]
-    rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in SELLERS.items()]
+    rows += [["seller", n, (c.__doc__ or "").strip().splitlines()[0]] for n, c in ALL_SELLERS.items()]
     rows.append([" and ".join(model_roles()), MODEL, f"the trained checkpoint ({model_label()}; ${ENV_VAR} for "
                                                      "another), seated only in the roles it was trained for"])
     rows.append(["either", HUMAN, "you, typing offers in the Play tab"])
@@ -81,7 +82,8 @@ def _game_outputs(state: dict):
         secret = f" **Your {key} (private): ${state[key]:,.2f}.**"
     card = (f"### {state['title']} ({state['category']})\n{state['description']}\n\nList price "
             f"${state['list_price']:,.2f}.{secret} Round {state['turn']} of {state['max_turns']}. "
-            f"Buyer: **{state['buyer']}**, seller: **{state['seller']}**, product #{state['product']}, "
+            f"Buyer: **{state['buyer']}**, seller: **{state['seller']}**, "
+            + (f"product #{state['product']}, " if "product" in state else "")
             + (f"seed {state['seed']}." if "seed" in state else "seed drawn for you, shown when the game is over."))
     if you and not state["done"]:
         offer = state.get("their_offer")
@@ -95,14 +97,14 @@ def _game_outputs(state: dict):
 
 
 @gradio_errors
-def ui_start(source, buyer, seller, mode, product, seed, old_session):
+def ui_start(source, buyer, seller, mode, product, seed, old_session, request: gr.Request = None):
     """Start a game and show it reply by reply (agents' replies paced so a person can follow)."""
     if old_session:
         GAMES.end(old_session)
     seed = random.randrange(10**6) if seed is None else seed
     game = GAMES.add(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=product_arg(product),
                                     seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
-                                    reasoning_mode=mode, advance=False))
+                                    reasoning_mode=mode, advance=False), client_of(request))
     with game.lock:
         yield (game.id, *_game_outputs(view(game)))
         while game.match.advance(limit=1):
@@ -163,10 +165,11 @@ def _challenge_outputs(state: dict):
 
 
 @gradio_errors
-def ui_challenge_start(role, name, product, old_session):
+def ui_challenge_start(role, name, product, old_session, request: gr.Request = None):
     if old_session:
         GAMES.end(old_session)
-    state = CHALLENGES.start(role=role, product=product_arg(product), name=name or "")  # the seed: drawn, unseen
+    state = CHALLENGES.start(role=role, product=product_arg(product), name=name or "",  # the seed: drawn, unseen
+                             owner=client_of(request))
     return (state["session_id"], *_challenge_outputs(state))
 
 
@@ -193,13 +196,14 @@ def _market_outputs(state: dict, chart: bool = True, series: dict | None = None)
 
 
 @gradio_errors
-def ui_market_start(task, policy, counterparts, seed, old_session):
+def ui_market_start(task, policy, counterparts, seed, old_session, request: gr.Request = None):
     """Start a market game and show it round by round (paced so it can be followed)."""
     if old_session:
         MARKETS.end(old_session)
     seed = random.randrange(10**6) if seed is None else seed
     game = MARKETS.add(MARKETS.new_game(task=task, policy=policy, counterparts=counterparts, advance=False,
-                                        seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed))
+                                        seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed),
+                       client_of(request))
     with game.lock:
         yield (game.id, *_market_outputs(M.view(game)))
         for _ in M.rounds(game):
@@ -530,7 +534,7 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
     evals = [n for n in F.EVAL_FILES if F.read_artifact(n)]
     with gr.Row():
         eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
-        eval_seller = gr.Dropdown([SELLER_MIX, *SELLERS], value=SELLER_MIX, label="Seller")
+        eval_seller = gr.Dropdown([SELLER_MIX, *ALL_SELLERS], value=SELLER_MIX, label="Seller")
     eval_prov = gr.Markdown()
     bars = gr.Plot(label="reward per buyer")
     heat = gr.Plot(label="buyer x seller")

@@ -20,7 +20,7 @@ from env.bargain.protocol import Action
 from env.bargain.rules import BUYER, SELLER
 from training.engine.backends import SamplingConfig
 from training.engine.rollout import LLMAgent
-from training.engine.untrusted import JOINER, TextGuard
+from env.untrusted import JOINER, TextGuard
 from training.games.bargain.rollout import BargainSeat
 
 LLAMA3_TEMPLATE = (

@@ -587,12 +587,11 @@ def test_a_verdict_with_a_repeated_key_or_another_calls_nonce_is_no_verdict():
     assert read_verdict('{"nonce": "ab", "nonce": "ab", "score": 0.4, "reason": "x"}', "ab") is None
 
 
-def test_nonces_differ_per_call_and_repeat_under_a_seed():
+def test_nonces_differ_per_call():
+    """(A seed no longer repeats them: a seeded nonce could be computed by the pitcher, see
+    test_hostile_input.py.)"""
     prompts = []
-    judge = LLMJudge(lambda p: prompts.append(p) or "no", seed=7)
+    judge = LLMJudge(lambda p: prompts.append(p) or "no")
     for _ in range(3):
         judge.judge("We need 40 GPU-hours.", ASK, FACTS)
-    again = []
-    seeded = LLMJudge(lambda p: again.append(p) or "no", seed=7)
-    seeded.judge("We need 40 GPU-hours.", ASK, FACTS)
-    assert len({_nonce(p) for p in prompts}) == 3 and _nonce(again[0]) == _nonce(prompts[0])
+    assert len({_nonce(p) for p in prompts}) == 3

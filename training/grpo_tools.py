@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datasets import Dataset
 from trl import GRPOTrainer, TrlParser
 
-from env.bargain.players import SELLERS, parse_names
+from env.bargain.players import PROBES, SELLERS, parse_names
 from training.common.cli import parse
 from training.engine.models import load_model
 from training.games.bargain.tools import HaggleToolEnv
@@ -41,7 +41,7 @@ class ToolScriptArguments:
     def __post_init__(self):
         if self.rows < 1:
             raise ValueError("--rows must be at least 1")
-        self.seller_names = parse_names(self.sellers, SELLERS, "seller")
+        self.seller_names = parse_names(self.sellers, SELLERS, "seller", PROBES)
 
 
 @dataclass

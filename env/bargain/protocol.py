@@ -124,8 +124,9 @@ def compose_reply(thought: str, talk: str, action: Action, mode: str = "option_a
 
 
 def parse_price(text: str) -> float | None:
-    """Read a price such as ``$1,299.99``, ``1299.99``, ``$ 45`` or ``USD 45``; None if unreadable
-    (also when more digits follow after a space or grouping mark: ``$1 000`` is not $1)."""
+    """Read a price such as ``$1,299.99``, ``1299.99``, ``$ 45`` or ``USD 45``; None if unreadable,
+    and None when what follows changes the amount (``$1 000``, ``$5-10``, ``$5 thousand``, ``50 cents``,
+    ``45€``: see ``_digits_follow``), never a shorter number."""
     if not isinstance(text, str):
         return None
     m = _PRICE.match(text)
@@ -135,12 +136,37 @@ def parse_price(text: str) -> float | None:
 
 
 def _digits_follow(text: str, end: int) -> bool:
-    """Whether a digit-like character (any script, superscripts, circled numbers) follows ``end``
-    directly or after grouping characters: the number there would be read short."""
-    i, n = end, len(text)
-    while i < n and _is_gap(text[i]):
+    """Whether what follows the number ending at ``end`` makes it a different amount than the digits
+    read so far, so that reading it would misread the price:
+
+    * more digits after grouping marks, punctuation, symbols or combining marks (``$1 000``,
+      ``$1，000``, ``$1·000``, ``$5-10``, ``$1/2``, ``$10^3``, ``$12 $13``), also after one joining word
+      (``$5 to $10``, ``$5 or 10``);
+    * a unit word or sign that scales it (``$5 thousand``, ``$1.5 million``, ``$2 grand``, ``$5 k``,
+      ``50 cents``, ``50¢``, ``$5%``);
+    * another currency (``45€``, ``45 EUR``)."""
+    n = len(text)
+    i = _skip(text, end, _is_gap)
+    if i < n and (text[i] in _SCALING_SIGNS or unicodedata.category(text[i]) in ("Sc", "Mn", "Mc", "Me")):
+        return True
+    if _SCALING_WORD.match(text, i):
+        return True
+    i = _skip(text, i, _is_joiner)
+    if i < n and text[i].isnumeric():
+        return True
+    word = _JOINING_WORD.match(text, i)
+    if word is not None:
+        i = _skip(text, word.end(), _is_joiner)
+        return i < n and text[i].isnumeric()
+    return False
+
+
+def _skip(text: str, i: int, what) -> int:
+    """The first index from ``i`` (at most ``_LOOKAHEAD`` characters on) where ``what`` is false."""
+    stop = min(len(text), i + _LOOKAHEAD)
+    while i < stop and what(text[i]):
         i += 1
-    return i < n and text[i].isnumeric()
+    return i
 
 
 def _is_gap(char: str) -> bool:
@@ -148,6 +174,23 @@ def _is_gap(char: str) -> bool:
     grouping mark, any Unicode space (Zs), a format character (Cf: zero-width joiners, BOM) or a
     blank-rendering filler (Hangul, Braille, Khmer)."""
     return char in _GROUPING or char in _FILLERS or unicodedata.category(char) in ("Zs", "Cf")
+
+
+def _is_joiner(char: str) -> bool:
+    """A gap, punctuation, a symbol, a combining or modifier mark: what may join two numbers into a
+    range, a fraction, a power or a longer number (``-``, ``/``, ``^``, ``，``, ``ʼ``, ``・``, a second ``$``)."""
+    return _is_gap(char) or unicodedata.category(char)[0] in "PSM" or unicodedata.category(char) == "Lm"
+
+
+# Within a few characters after a price, these change the amount it means (ranges, units, currencies).
+_LOOKAHEAD = 12
+_SCALING_SIGNS = frozenset("%‰‱")  # a markdown "**" after a price is not one: only digits after it count
+_SCALING_WORD = re.compile(
+    r"(?:cents?|pence|pennies|penny|k|thousands?|thou|grand|m|mm|mn|mil|mio|millions?|b|bn|billions?|t|tn|trillions?"
+    r"|eur|euros?|gbp|pounds?|yen|jpy|cny|rmb|yuan|inr|rupees?|chf|cad|aud|percent|pct)(?![A-Za-z])",
+    re.IGNORECASE)
+_JOINING_WORD = re.compile(r"(?:to|or|and|through|thru|till|til|until|upto|x|times|plus|minus|over|by)(?![A-Za-z])",
+                           re.IGNORECASE)
 
 
 def _to_price(num: str) -> float | None:
@@ -280,7 +323,8 @@ def parse_reply_general(reply: object) -> ParsedReply:
             return ParsedReply(thought, _clip(public), None, code, f"[{kind}] needs a price like $1,234.50")
         if _digits_follow(public, m.end()):
             return ParsedReply(thought, _clip(public), None, E_BAD_PRICE,
-                               f"[{kind}] price is followed by more digits: write it as $1,000.50 with no spaces")
+                               f"[{kind}] price is followed by more digits, a unit or a range: write one amount in "
+                               "dollars, as $1,000.50")
         price = _to_price(m.group("num"))
         if price is None:
             return ParsedReply(thought, _clip(public), None, E_BAD_PRICE, f"price out of range (max {MAX_PRICE:.0e})")

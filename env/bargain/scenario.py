@@ -12,6 +12,8 @@ import hashlib
 import math
 from dataclasses import dataclass
 
+from env.text import valid_text
+
 BUDGET_FACTOR = 0.8
 TEXT_LIMITS = {"title": 300, "category": 100, "description": 2000}
 
@@ -49,7 +51,8 @@ class Scenario:
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise ScenarioDataError(f"scenario {self.id!r}: {name} must be text, got {type(value).__name__}")
-            object.__setattr__(self, name, cut_text(value.strip(), limit))
+            # a lone surrogate is no character: a tokenizer or a JSON writer would fail on it mid-game
+            object.__setattr__(self, name, cut_text(valid_text(value).strip(), limit))
         if not self.title:
             raise ScenarioDataError(f"scenario {self.id!r}: empty title")
 
@@ -87,7 +90,7 @@ def make_scenario(title: str, description: str, category: str, list_price: float
                   source: str, budget_factor: float = BUDGET_FACTOR, budget: float | None = None) -> Scenario:
     """Build a scenario with a stable id: the benchmark's derivation (budget ``budget_factor`` x
     list price), or the ``budget`` given."""
-    digest = hashlib.sha1(f"{category}\n{title}".encode()).hexdigest()[:12]
+    digest = hashlib.sha1(valid_text(f"{category}\n{title}").encode()).hexdigest()[:12]
     check_budget_factor(budget_factor)
     list_price = round(float(list_price), 2)
     return Scenario(

@@ -26,11 +26,13 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from env.bargain.catalog import builtin_catalog
+from env.bargain.protocol import MAX_PRICE, format_price
 from env.bargain.synthetic import synthetic_catalog
 from env.bargain.scenario import (  # noqa: F401  (the scenario type, re-exported for callers that load scenarios)
     BUDGET_FACTOR, TEXT_LIMITS, Scenario, ScenarioDataError, check_budget_factor, make_scenario)
@@ -40,6 +42,7 @@ PAPER_TEST_PRODUCTS, PAPER_PRODUCTS = 128, 930
 REPO_ROOT = Path(__file__).resolve().parents[2]
 AMAZON_DEFAULT = REPO_ROOT.parent / "shared" / "data" / "amazon_history_price"
 SOURCES = ("builtin", "amazon")  # the evaluation sources (``synthetic`` is for training)
+MAX_FILE_BYTES = 64 * 2**20  # a product file larger than this is refused before it is read
 
 
 class Split(NamedTuple):
@@ -56,6 +59,9 @@ def parse_money(value: object, where: str) -> float:
     """``"$1,299.99" -> 1299.99``; anything else raises ``ScenarioDataError`` naming ``where``."""
     if value is None or value == "":
         raise ScenarioDataError(f"{where}: missing price")
+    if isinstance(value, _LongNumber):
+        raise ScenarioDataError(f"{where}: a number of {len(value.lstrip('-')):,} digits is over the game's limit of "
+                                f"{format_price(MAX_PRICE)}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number = float(value)
     elif isinstance(value, str):
@@ -66,8 +72,27 @@ def parse_money(value: object, where: str) -> float:
     else:
         raise ScenarioDataError(f"{where}: price must be a string or number, got {type(value).__name__}")
     if not math.isfinite(number) or number <= 0:
-        raise ScenarioDataError(f"{where}: price must be positive and finite, got {value!r}")
+        raise ScenarioDataError(f"{where}: price must be positive and finite, got {_short(value)}")
+    if number > MAX_PRICE:  # no offer above it can be written: every reply in the game would be refused
+        raise ScenarioDataError(f"{where}: price {_short(value)} is over the game's limit of {format_price(MAX_PRICE)}")
     return number
+
+
+class _LongNumber(str):
+    """A JSON integer of more digits than any price has, kept as its digits (never converted: 5,000
+    digits would overflow a float or take Python's integer limit)."""
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
+
+
+def _check_text(label: str, key: str, value: str) -> str:
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise ScenarioDataError(f"{label}: field '{key}' holds a lone surrogate (an escape such as \\ud800 that "
+                                "is no character); write the text as UTF-8")
+    return value
 
 
 def _product_to_scenario(item: object, index: int, path: Path, source: str, budget_factor: float) -> Scenario:
@@ -77,6 +102,7 @@ def _product_to_scenario(item: object, index: int, path: Path, source: str, budg
     if not isinstance(title, str) or not title.strip():
         raise ScenarioDataError(f"{path}: product #{index}: field 'title' is missing or empty")
     label = f"{path}: product #{index} ({title.strip()[:60]!r})"
+    _check_text(label, "title", title)
     money = lambda key: parse_money(item.get(key), f"{label}: field '{key}'")  # noqa: E731
     explicit_cost = item.get("cost") is not None
     list_price = money("list_price")
@@ -88,9 +114,11 @@ def _product_to_scenario(item: object, index: int, path: Path, source: str, budg
     if not isinstance(description, str) or not description.strip():
         features = item.get("features")
         description = " ".join(features) if isinstance(features, list) and all(isinstance(f, str) for f in features) else ""
+    _check_text(label, "description", description)
     category = item.get("category")
     if not isinstance(category, str) or not category.strip():
         category = path.stem
+    _check_text(label, "category", category)
     try:
         return make_scenario(title.strip(), description.strip(), category.strip(), list_price, cost, source,
                              budget_factor, budget)
@@ -100,32 +128,26 @@ def _product_to_scenario(item: object, index: int, path: Path, source: str, budg
 
 def load_json_products(path: str | os.PathLike, source: str | None = None,
                        budget_factor: float = BUDGET_FACTOR) -> list[Scenario]:
-    """Load a JSON file, or every ``*.json`` in a folder, in the AmazonHistoryPrice format."""
+    """Load a JSON file, or every ``*.json`` in a folder, in the AmazonHistoryPrice format. Anything
+    else (a FIFO, a device, a link loop, a file over ``MAX_FILE_BYTES``, a number out of range) is one
+    ``ScenarioDataError`` naming the file, and the product and field where there is one."""
     path = Path(path)
-    if not path.exists():
+    kind = _kind(path)
+    if kind is None:
         raise ScenarioDataError(f"{path}: no such file or folder")
-    files = sorted(f for f in path.glob("*.json") if f.is_file()) if path.is_dir() else [path]
-    if not files:
-        raise ScenarioDataError(f"{path}: folder holds no .json files")
+    if kind == "dir":
+        try:
+            files = sorted(f for f in path.glob("*.json") if _kind(f) != "dir")
+        except OSError as exc:
+            raise ScenarioDataError(f"{path}: the folder cannot be listed ({exc.strerror or exc})") from None
+        if not files:
+            raise ScenarioDataError(f"{path}: folder holds no .json files")
+    else:
+        files = [path]
     source = source or path.stem
     scenarios: list[Scenario] = []
     for file in files:
-        try:
-            text = file.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:  # unreadable: permissions, a special file
-            raise ScenarioDataError(f"{file}: cannot be read ({exc.strerror or exc})") from None
-        if not text.strip():
-            raise ScenarioDataError(f"{file}: file is empty")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ScenarioDataError(f"{file}: not valid JSON ({exc})") from None
-        except RecursionError:
-            raise ScenarioDataError(f"{file}: nested too deeply to be a list of products") from None
-        if not isinstance(data, list):
-            raise ScenarioDataError(f"{file}: expected a JSON list of products, got {type(data).__name__}")
-        if not data:
-            raise ScenarioDataError(f"{file}: the list of products is empty")
+        data = _read_products(file)
         scenarios.extend(_product_to_scenario(item, i, file, source, budget_factor) for i, item in enumerate(data))
     seen: dict[str, Scenario] = {}
     for s in scenarios:
@@ -133,6 +155,54 @@ def load_json_products(path: str | os.PathLike, source: str | None = None,
             raise ScenarioDataError(f"{path}: product {s.title[:60]!r} appears twice in category {s.category!r}")
         seen[s.id] = s
     return scenarios
+
+
+def _kind(path: Path) -> str | None:
+    """``dir``, ``file`` (anything else that exists, links followed), or None when nothing is there. A
+    link loop is an error, not a missing file."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a link that points at itself; EACCES; a name too long
+        raise ScenarioDataError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return "dir" if stat.S_ISDIR(mode) else "file"
+
+
+def _read_products(file: Path) -> list:
+    """The JSON list in ``file``: a regular file of at most ``MAX_FILE_BYTES``, opened without blocking
+    (a FIFO or a device never makes this wait), numbers read without overflow."""
+    try:
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ScenarioDataError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ScenarioDataError(f"{file}: not a regular file (a FIFO, device or socket holds no products)")
+        if info.st_size > MAX_FILE_BYTES:
+            raise ScenarioDataError(f"{file}: {info.st_size:,} bytes is over the limit of {MAX_FILE_BYTES:,}")
+        try:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ScenarioDataError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioDataError(f"{file}: over the limit of {MAX_FILE_BYTES:,} bytes")
+    text = raw.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise ScenarioDataError(f"{file}: file is empty")
+    try:
+        # a long integer is kept as its digits, so the price check names the product and field
+        data = json.loads(text, parse_int=lambda d: int(d) if len(d) <= 18 else _LongNumber(d))
+    except json.JSONDecodeError as exc:
+        raise ScenarioDataError(f"{file}: not valid JSON ({exc})") from None
+    except (RecursionError, ValueError):
+        raise ScenarioDataError(f"{file}: not a JSON list of products (nested too deeply or unreadable)") from None
+    if not isinstance(data, list):
+        raise ScenarioDataError(f"{file}: expected a JSON list of products, got {type(data).__name__}")
+    if not data:
+        raise ScenarioDataError(f"{file}: the list of products is empty")
+    return data
 
 
 # ---------------------------------------------------------------- sources and splits
@@ -184,17 +254,34 @@ def load_scenarios(source: str = "builtin", budget_factor: float = BUDGET_FACTOR
     path = amazon_path() if source == "amazon" else Path(source)
     if source == "amazon" and not path.exists():
         raise ScenarioDataError(f"{path}: AmazonHistoryPrice data not found (set HAGGLE_AMAZON_DATA)")
-    key = (str(path.resolve()), _mtime(path), budget_factor)
+    key = (_resolved(path), _mtime(path), budget_factor)
     if key not in _CACHE:
         _CACHE[key] = load_json_products(path, source="amazon" if source == "amazon" else None,
                                          budget_factor=budget_factor)
     return _CACHE[key]
 
 
+def _resolved(path: Path) -> str:
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # a link loop: the loader names it
+        return str(path.absolute())
+
+
 def _mtime(path: Path) -> float:
-    if path.is_dir():
-        return max((f.stat().st_mtime for f in path.glob("*.json")), default=0.0)
-    return path.stat().st_mtime if path.exists() else 0.0
+    """When the file, or the newest ``*.json`` of the folder, last changed (0 where it cannot be told:
+    the loader then says why)."""
+    def stamp(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return 0.0
+    try:
+        if path.is_dir():
+            return max((stamp(f) for f in path.glob("*.json")), default=0.0)
+    except OSError:
+        return 0.0
+    return stamp(path)
 
 
 def test_count(n: int) -> int:
@@ -240,7 +327,7 @@ def get_split(source: str = "builtin", split: str = "test", budget_factor: float
     if is_union(resolved):
         return [s for part in union_parts(resolved) for s in get_split(part, split, budget_factor)]
     path = None if resolved in GENERATED else amazon_path() if resolved == "amazon" else Path(resolved)
-    key = (resolved, budget_factor) if path is None else (resolved, str(path.resolve()), _mtime(path), budget_factor)
+    key = (resolved, budget_factor) if path is None else (resolved, _resolved(path), _mtime(path), budget_factor)
     if key not in _SPLITS:
         _SPLITS[key] = split_scenarios(load_scenarios(source, budget_factor))
     return list(getattr(_SPLITS[key], split))

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 from env.bargain.protocol import REASONING_MODES
 from training.engine.backends import OpenAIChatBackend, SamplingConfig
 from training.engine.batching import Completion, Request
-from training.engine.untrusted import TextGuard
+from env.untrusted import TextGuard
 
 _PLACEHOLDER = "\u2063HAGGLE_MESSAGE\u2063"
 

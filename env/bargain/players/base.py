@@ -55,7 +55,11 @@ class ScriptedPlayer:
         if "{" not in line:
             return line
         return line.format(item=_short_title(obs.title), price=format_price(price) if price is not None else "",
-                           list=format_price(obs.list_price))
+                           list=format_price(obs.list_price), **self.talk_keys(obs, price))
+
+    def talk_keys(self, obs: Observation, price: float | None) -> dict:
+        """More ``{name}`` fields a player's lines may use (none by default)."""
+        return {}
 
 
 def _short_title(title: str) -> str:

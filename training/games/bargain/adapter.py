@@ -12,7 +12,7 @@ from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
-from env.bargain.players import BUYERS, SELLERS, make_player, parse_names
+from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.sources import (
     PAPER_PRODUCTS,
@@ -57,7 +57,7 @@ class BargainGame:
     def check_script(script) -> None:
         """What a training script's arguments must hold for this game (raises ValueError)."""
         check_budget_factor(script.budget_factor)
-        script.seller_names = parse_names(script.sellers, SELLERS, "seller")
+        script.seller_names = parse_names(script.sellers, SELLERS, "seller", PROBES)
 
     def defaults(self, cfg, default_curve: str, default_dir: str) -> None:
         """The bilateral game keeps the scripts' default curve and checkpoint folder."""

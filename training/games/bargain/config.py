@@ -8,7 +8,7 @@ from pathlib import Path
 
 from env.bargain.env import DEFAULT_MAX_TURNS
 from env.bargain.evaluation import SEEDS_PER_PRODUCT
-from env.bargain.players import BUYERS, SELLERS, parse_names
+from env.bargain.players import BUYERS, PROBES, SELLERS, parse_names
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.sources import GENERATED, SOURCES, check_budget_factor, is_union
 from training.games.base import EvalArgs, label, name_path
@@ -26,7 +26,8 @@ class BargainEvalArgs(EvalArgs):
     budget_factor: float = field(default=0.8, metadata={"help": "buyer budget as a share of the list price (products "
                                                                 "that give their own budget keep it)"})
     buyers: str = field(default="all", metadata={"help": f"scripted buyers, comma list, all or none: {', '.join(BUYERS)}"})
-    sellers: str = field(default="all", metadata={"help": f"comma list or all: {', '.join(SELLERS)}"})
+    sellers: str = field(default="all", metadata={"help": f"comma list or all (the mix: {', '.join(SELLERS)}); "
+                                                                 f"adversarial probes by name: {', '.join(PROBES)}"})
     seeds: int = field(default=SEEDS_PER_PRODUCT, metadata={"help": "episodes per product per cell (the paper: 4)"})
     limit: int = field(default=0, metadata={"help": "use only the first N products of the split (0 = all)"})
     max_turns: int = field(default=DEFAULT_MAX_TURNS, metadata={"help": "exchanges (buyer reply + seller reply) per "
@@ -103,7 +104,7 @@ class BargainEvalArgs(EvalArgs):
         if not self.buyer_names:
             raise ValueError("no buyers to evaluate")
         self.seller_names = ([self.seller_name or label(self.seller_model)] if self.seller_model
-                               else parse_names(self.sellers, SELLERS, "seller"))
+                               else parse_names(self.sellers, SELLERS, "seller", PROBES))
 
 
 def outputs(scenarios: str) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import Scenario
 from training.engine.rollout import Conversation, EpisodeRecord, LLMAgent, Teacher, generate_replies, play_turns, \
     token_fields
-from training.engine.untrusted import TextGuard
+from env.untrusted import TextGuard
 
 
 @dataclass
@@ -37,7 +37,7 @@ class BargainSeat(Conversation):
 
     def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
         """Take in what happened since this seat last spoke (the opponent's public messages), with
-        every text a player or the scenario file wrote guarded (``training.engine.untrusted``)."""
+        every text a player or the scenario file wrote guarded (``env.untrusted``)."""
         obs = guard_observation(obs, self.agent.guard)
         first = not self.messages
         sys = None

@@ -19,10 +19,16 @@ import re
 from typing import Iterable
 
 JOINER = "\u2060"
-# For a model behind a chat API, whose tokenizer is not ours to read: the control-token shapes of
-# the common template families (ChatML and Llama-3 ``<|...|>``, Llama-2/Mistral, Gemma, thinking tags).
-GENERIC_MARKERS = ("<|", "|>", "<s>", "</s>", "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", "<start_of_turn>",
-                   "<end_of_turn>", "<think>", "</think>", "<bos>", "<eos>")
+# For a model behind a chat API (or a judge model reached through a plain ``generate(prompt)``), whose
+# tokenizer is not ours to read: the control-token shapes of the common template families. ChatML,
+# Llama-3, Phi, Command-R and ChatGLM ``<|...|>``; DeepSeek's full-width ``<｜...｜>``; Llama-2/Mistral
+# ``[INST]`` and Mistral's bracketed tool and system tokens; Gemma turns; GLM's ``[gMASK]<sop>``;
+# Qwen's tool tags; thinking tags; sentence and padding tokens.
+GENERIC_MARKERS = ("<|", "|>", "<｜", "｜>", "<s>", "</s>", "<unk>", "<pad>", "<bos>", "<eos>", "[INST]", "[/INST]",
+                   "<<SYS>>", "<</SYS>>", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+                   "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CONTENT]", "[/TOOL_CONTENT]",
+                   "[THINK]", "[/THINK]", "<start_of_turn>", "<end_of_turn>", "[gMASK]", "[sMASK]", "[MASK]", "<sop>",
+                   "<eop>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
 class TextGuard:
