@@ -619,8 +619,9 @@ def api_entry(fn) -> str:
     """One endpoint for the API tab: its whole description, then each parameter's (Gradio's own
     docstring reading, the one its MCP tools use)."""
     description, params, _ = gr.utils.get_function_description(fn)
+    inputs = {name for name, *_ in gr.utils.get_function_params(fn)}  # not Gradio's injected request
     lines = [f"- **`/{fn.__name__}`**: {description}"]
-    lines += [f"    - `{name}`: {text}" for name, text in params.items()]
+    lines += [f"    - `{name}`: {text}" for name, text in params.items() if name in inputs]
     return "\n".join(lines)
 
 

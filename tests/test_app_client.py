@@ -217,10 +217,16 @@ def test_every_endpoint_and_parameter_is_described_in_whole_sentences():
     import gradio as gr
 
     import app
+    import inspect
     for fn in app.API:
         description, params, _ = gr.utils.get_function_description(fn)
         assert description.endswith(".") and len(description) > 40, fn.__name__
+        injected = {n for n, p in inspect.signature(fn).parameters.items() if p.annotation is gr.Request}
+        assert not injected & {name for name, *_ in gr.utils.get_function_params(fn)}, fn.__name__
         for name, text in params.items():
+            if name in injected:  # Gradio's request (the client's address for its share of games): not an API input
+                assert f"`{name}`" not in app.api_entry(fn), fn.__name__
+                continue
             assert text and text.rstrip().endswith((".", ")")), f"{fn.__name__}({name}): {text!r}"
         assert description in app.api_entry(fn)
 

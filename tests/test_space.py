@@ -149,13 +149,13 @@ def test_agent_games_take_no_moves_and_finished_games_refuse_more():
 
 
 def test_session_cap_and_idle_expiry():
-    store = BargainSessions(max_sessions=2)
-    first = store.start(seed=1)
-    store.start(seed=2)
+    store = BargainSessions(max_sessions=2)  # (a client's share: one game)
+    first = store.start("10.0.0.1", seed=1)
+    store.start("10.0.0.2", seed=2)
     with pytest.raises(GameError, match="limit of 2"):
-        store.start(seed=3)
+        store.start("10.0.0.3", seed=3)
     store.end(first["session_id"])
-    store.start(seed=3)
+    store.start("10.0.0.3", seed=3)
     quick = BargainSessions(idle_s=0.0)
     old = quick.start(seed=1)
     quick.start(seed=2)  # expires the idle one

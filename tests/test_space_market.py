@@ -85,11 +85,11 @@ def test_a_person_never_sees_another_labs_private_facts():
 
 
 def test_sessions_are_isolated_and_bounded():
-    store = MarketSessions(max_sessions=2)
-    a = store.start(task="market_round", policy=HUMAN, seed=1)
-    b = store.start(task="market_round", policy=HUMAN, seed=2)
+    store = MarketSessions(max_sessions=2)  # (a client's share: one game)
+    a = store.start("10.0.0.1", task="market_round", policy=HUMAN, seed=1)
+    b = store.start("10.0.0.2", task="market_round", policy=HUMAN, seed=2)
     with pytest.raises(GameError, match="limit"):
-        store.start(task="single_trade", policy=HUMAN, seed=3)
+        store.start("10.0.0.3", task="single_trade", policy=HUMAN, seed=3)
     a2 = store.act(a["session_id"], {"action": "buy_spot", "hours": 10})
     assert store.state(b["session_id"])["your_steps"] == []
     assert a2["your_steps"][-1]["code"] == "ok" and a2["observation"]["money"] < a["observation"]["money"]
