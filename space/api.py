@@ -35,7 +35,8 @@ SELLER_MIX = "mix"
 
 
 def gradio_errors(fn):
-    """Bad input becomes a ``gr.Error`` with the reason; the app keeps serving."""
+    """Bad input becomes a ``gr.Error`` with the reason; the app keeps serving, and its log stays free of
+    tracebacks for what was only a visitor's bad input (a hostile client once left 291 there)."""
 
     errors = (GameError, ValueError, TypeError, KeyError)
     if inspect.isgeneratorfunction(fn):
@@ -44,7 +45,7 @@ def gradio_errors(fn):
             try:
                 yield from fn(*args, **kwargs)
             except errors as exc:
-                raise gr.Error(str(exc)) from None
+                raise gr.Error(str(exc), print_exception=False) from None
         return stream
 
     @functools.wraps(fn)
@@ -52,7 +53,7 @@ def gradio_errors(fn):
         try:
             return fn(*args, **kwargs)
         except errors as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(str(exc), print_exception=False) from None
 
     return wrapper
 

@@ -45,6 +45,8 @@ def choices(role: str, model_roles: tuple[str, ...] | list[str] = (BUYER,)) -> l
 
 
 def _seat(role: str, name: str, mode: str, model_loader, model_roles=(BUYER,)):
+    if not isinstance(name, str):
+        raise GameError(f"the {role} must be named by text; choose from {', '.join(choices(role, model_roles))}")
     if name == HUMAN:
         return None
     if name == MODEL:
