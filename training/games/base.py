@@ -30,7 +30,8 @@ def label(model: str) -> str:
 def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: str = ""):
     """An ``LLMAgent`` for a model name, on the backend ``config`` names (``base_url``, ``backend``,
     ``device``), in ``config.reasoning_mode`` unless ``reasoning_mode`` is given."""
-    from training.engine.backends import OpenAIChatBackend, TransformersBackend, VLLMBackend  # noqa: PLC0415
+    from training.engine.backends import OpenAIChatBackend, VLLMBackend  # noqa: PLC0415
+    from training.engine.choice import generation_backend  # noqa: PLC0415
     from training.engine.models import load_model, resolve_model_path  # noqa: PLC0415
     from training.engine.rollout import LLMAgent  # noqa: PLC0415
 
@@ -42,7 +43,7 @@ def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: st
         backend = VLLMBackend(path, AutoTokenizer.from_pretrained(path), sampling)
     else:
         m, tok = load_model(model, device=config.device or None, merge=True)  # generation only
-        backend = TransformersBackend(m, tok, sampling)
+        backend = generation_backend(m, tok, sampling, config.backend, batch=config.batch_size)
     return LLMAgent(backend, reasoning_mode or config.reasoning_mode, name=label(model))
 
 
@@ -79,7 +80,10 @@ class EvalArgs:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
     api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
-    backend: str = field(default="transformers", metadata={"help": "transformers or vllm (local models)"})
+    backend: str = field(default="auto", metadata={"help": "local models: auto (the fastest engine measured on this "
+                                                            "machine whose greedy tokens equal transformers', "
+                                                            "artifacts/benchmarks/engines.json), transformers, "
+                                                            "ctranslate2, or vllm (GPU)"})
     batch_size: int = field(default=64, metadata={"help": "episodes played in lockstep per batch (model players)"})
     device: str = field(default="", metadata={"help": "cpu, cuda... (default: cuda if available)"})
 
@@ -88,7 +92,7 @@ class EvalArgs:
             raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}, got {self.reasoning_mode!r}")
-        if self.backend not in ("transformers", "vllm"):
-            raise ValueError(f"--backend must be transformers or vllm, got {self.backend!r}")
+        if self.backend not in ("auto", "transformers", "ctranslate2", "vllm"):
+            raise ValueError(f"--backend must be auto, transformers, ctranslate2 or vllm, got {self.backend!r}")
         if self.batch_size < 1:
             raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
