@@ -80,10 +80,10 @@ class EvalArgs:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
     api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
-    backend: str = field(default="auto", metadata={"help": "local models: auto (the fastest engine measured on this "
-                                                            "machine whose greedy tokens equal transformers', "
-                                                            "artifacts/benchmarks/engines.json), transformers, "
-                                                            "ctranslate2, or vllm (GPU)"})
+    backend: str = field(default="transformers", metadata={"help": "local models: transformers, ctranslate2, auto (the "
+                                                                    "fastest engine measured on this machine whose "
+                                                                    "greedy tokens equal transformers', "
+                                                                    "artifacts/benchmarks/engines.json), or vllm (GPU)"})
     batch_size: int = field(default=64, metadata={"help": "episodes played in lockstep per batch (model players)"})
     device: str = field(default="", metadata={"help": "cpu, cuda... (default: cuda if available)"})
 
