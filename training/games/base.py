@@ -43,7 +43,7 @@ def build_agent(model: str, config, sampling: SamplingConfig, reasoning_mode: st
         backend = VLLMBackend(path, AutoTokenizer.from_pretrained(path), sampling)
     else:
         m, tok = load_model(model, device=config.device or None, merge=True)  # generation only
-        backend = generation_backend(m, tok, sampling, config.backend, batch=config.batch_size)
+        backend = generation_backend(m, tok, sampling, config.backend, batch=getattr(config, "batch_size", 32))
     return LLMAgent(backend, reasoning_mode or config.reasoning_mode, name=label(model))
 
 
