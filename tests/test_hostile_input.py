@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from env.bargain.play import Match
 from env.bargain.players import ALL_SELLERS, PROBES, SELLERS, make_player
 from env.bargain.protocol import E_BAD_PRICE, parse_price, parse_reply
-from env.bargain.sources import ScenarioDataError, get_split, load_json_products, make_scenario
+from env.bargain.sources import get_split, make_scenario
 from env.market.judge import LLMJudge, PitchFacts, RubricJudge
 from env.untrusted import JOINER, TextGuard
 
