@@ -39,7 +39,7 @@ def _ctranslate2():
     try:
         import ctranslate2  # noqa: PLC0415
     except ImportError as exc:
-        raise EngineUnavailable("the CTranslate2 engine needs `pip install ctranslate2` (in requirements.txt); "
+        raise EngineUnavailable("the CTranslate2 engine needs `pip install ctranslate2==4.8.5` (optional); "
                                 "the transformers backend works without it") from exc
     return ctranslate2
 
