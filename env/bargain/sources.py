@@ -33,6 +33,7 @@ from typing import Iterable, NamedTuple
 
 from env.bargain.catalog import builtin_catalog
 from env.bargain.protocol import MAX_PRICE, format_price
+from env.text import valid_text
 from env.bargain.synthetic import synthetic_catalog
 from env.bargain.scenario import (  # noqa: F401  (the scenario type, re-exported for callers that load scenarios)
     BUDGET_FACTOR, TEXT_LIMITS, Scenario, ScenarioDataError, check_budget_factor, make_scenario)
@@ -88,11 +89,10 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
 
 
-def _check_text(label: str, key: str, value: str) -> str:
-    if any("\ud800" <= c <= "\udfff" for c in value):
+def _check_text(label: str, key: str, value: str) -> None:
+    if valid_text(value) != value:  # a lone surrogate was replaced
         raise ScenarioDataError(f"{label}: field '{key}' holds a lone surrogate (an escape such as \\ud800 that "
                                 "is no character); write the text as UTF-8")
-    return value
 
 
 def _product_to_scenario(item: object, index: int, path: Path, source: str, budget_factor: float) -> Scenario:

@@ -88,15 +88,14 @@ class CTranslate2Backend:
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, compute_type: str = "float32",
                  intra_threads: int = 0, cache: Path | None = None, max_batch_size: int = 0):
-        ct2 = _ctranslate2()
+        _ctranslate2()  # a missing engine fails here, before any export
         if compute_type not in COMPUTE_TYPES:
             raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}, got {compute_type!r}")
         self.tokenizer, self.sampling, self.compute_type = tokenizer, sampling or SamplingConfig(), compute_type
         self.model = model  # transformers' copy: the context length, and what an RL trainer updates
         self.intra_threads = intra_threads or os.cpu_count() or 1
         self.folder = export(model, tokenizer, cache)
-        self.generator = ct2.Generator(str(self.folder), device="cpu", compute_type=compute_type,
-                                       inter_threads=1, intra_threads=self.intra_threads)
+        self.generator = self._generator()
         # CTranslate2 forwards a batch's prompts at once only up to the shortest one; the rest of each prompt
         # goes through the decoding loop a token a step. ``max_batch_size`` sorts prompts by length and runs
         # them in chunks of that many (0: one batch), so prompts of similar length share a forward.
@@ -110,9 +109,12 @@ class CTranslate2Backend:
         if folder == self.folder:
             return False
         self.folder = folder
-        self.generator = _ctranslate2().Generator(str(folder), device="cpu", compute_type=self.compute_type,
-                                                  inter_threads=1, intra_threads=self.intra_threads)
+        self.generator = self._generator()
         return True
+
+    def _generator(self):
+        return _ctranslate2().Generator(str(self.folder), device="cpu", compute_type=self.compute_type,
+                                        inter_threads=1, intra_threads=self.intra_threads)
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int],
                      on_token=None) -> list[Completion]:
