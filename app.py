@@ -9,11 +9,13 @@ comes from the environment itself or from a file in ``artifacts/``.
     python app.py            # serves on http://127.0.0.1:7860 (offline, CPU)
 """
 
+import logging
 import os
 import threading
 
 from env.bargain.protocol import REASONING_MODES
 from space import figures as F
+from space import model as seat
 from space.api import (  # noqa: F401
     API,
     CHALLENGES,
@@ -57,12 +59,23 @@ from space.ui import (  # noqa: F401
 )
 
 mcp_results_as_json()
+log = logging.getLogger("haggle.space")
 
 
 def warm_up() -> threading.Thread:
-    """Build the slow, fixed views (the SFT sample loads a model and replays an expert game, several
-    seconds) in the background at start, so a visitor's first click finds them ready."""
-    thread = threading.Thread(target=lambda: [sft_sample(m) for m in REASONING_MODES], daemon=True)
+    """Load the model seat (its engine export included) and build the slow, fixed views (the SFT sample loads a
+    model and replays an expert game, several seconds) in the background at start, so a visitor's first reply
+    and first click find them ready. A seat that cannot load here is said in the log; its games say why."""
+
+    def work():
+        try:
+            log.info("model seat warm: %s", seat.warm())
+        except Exception as exc:  # noqa: BLE001 - the seat's own games report the failure to the visitor
+            log.warning("model seat not warmed: %s", exc)
+        for mode in REASONING_MODES:
+            sft_sample(mode)
+
+    thread = threading.Thread(target=work, daemon=True, name="warm-up")
     thread.start()
     return thread
 

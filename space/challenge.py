@@ -7,7 +7,8 @@ and at the end sees their score beside what the model and a reference player sco
   are the model's reward in that same game, and what the neutral scripted seller gets from the model on the
   same product and seed.
 
-The game's seed is drawn by the server and shown only when the game is over (the same seed replays the same
+Those replays do not depend on the visitor's moves, so they are played in the background from the game's start
+(yielding the model to live moves): the last move's result is ready when the visitor makes it. The game's seed is drawn by the server and shown only when the game is over (the same seed replays the same
 scripted moves, so a visitor who chose it could rehearse the game first). Finished games go to a leaderboard (one
 table per role), ranked by how far the visitor beat the trained model on the same game, then by reward. Only the game record is kept: when
 it ended, the name the visitor typed (optional), the role, the game (source, product, seller, seed), the
@@ -29,7 +30,8 @@ import sqlite3
 import threading
 import unicodedata
 import uuid
-from contextlib import closing
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -173,6 +175,8 @@ class Challenges:
         self.sessions, self._board = sessions, board
         self._meta: dict[str, dict] = {}
         self._lock = threading.Lock()
+        # the replays that score a challenge, one game at a time, started with it (see the module docstring)
+        self._replays = ThreadPoolExecutor(max_workers=1, thread_name_prefix="challenge-replay")
 
     @property
     def board(self) -> Leaderboard:
@@ -201,10 +205,38 @@ class Challenges:
         with self._lock:
             live = set(self.sessions.ids())  # challenges whose game expired are forgotten with it
             for sid in [s for s in self._meta if s not in live]:
-                del self._meta[sid]
+                self._meta.pop(sid)["replays"].cancel()  # a forgotten game's replays are not played
             self._meta[state["session_id"]] = {"role": role, "name": name, "source": source, "recorded": None,
-                                                "done": threading.Event()}
+                                                "done": threading.Event(),
+                                                "replays": self._start_replays(role, source, game.product, seed,
+                                                                               opponent)}
         return self._finish(state)
+
+    def _start_replays(self, role: str, source: str, product: int, seed: int, seller: str) -> Future:
+        return self._replays.submit(self._play_replays, role, source, product, seed, seller)
+
+    def _play_replays(self, role: str, source: str, product: int, seed: int, seller: str, live: bool = False) -> dict:
+        """What the visitor's score is compared with on this game: the model's and the reference player's (in the
+        background, yielding the model to live moves, unless ``live``)."""
+        from space.model import background  # noqa: PLC0415 - the model seat, imported when first asked
+
+        same = {"source": source, "product": product, "seed": seed}
+        with nullcontext() if live else background():
+            if role == BUYER:
+                return {"model_reward": self._replay(buyer=MODEL, seller=seller, **same)["reward"],
+                        "reference_reward": self._replay(buyer=REFERENCE[BUYER], seller=seller, **same)["reward"]}
+            return {"reference_reward": self._replay(buyer=MODEL, seller=REFERENCE[SELLER], **same)["seller_reward"]}
+
+    def _replay_rewards(self, state: dict, meta: dict) -> dict:
+        """The background replays' result; played again here if they failed (the next request retries)."""
+        seller = state["seller"] if meta["role"] == BUYER else REFERENCE[SELLER]
+        future = meta.get("replays")
+        if future is not None and not future.cancel():  # started (or done): its result; still queued: played now
+            try:
+                return future.result()
+            except Exception:  # noqa: BLE001 - a failed replay is tried again in the foreground, where its error shows
+                log.warning("a challenge's background replay failed; replaying now", exc_info=True)
+        return self._play_replays(meta["role"], meta["source"], state["product"], state["seed"], seller, live=True)
 
     def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
         if session_id not in self._meta:
@@ -244,13 +276,12 @@ class Challenges:
 
     def _score(self, state: dict, meta: dict) -> dict:
         role, out = meta["role"], state["outcome"]
-        same = {"source": meta["source"], "product": state["product"], "seed": state["seed"]}
+        replays = self._replay_rewards(state, meta)
         if role == BUYER:
-            reward, model_reward = out["reward"], self._replay(buyer=MODEL, seller=state["seller"], **same)["reward"]
-            reference_reward = self._replay(buyer=REFERENCE[BUYER], seller=state["seller"], **same)["reward"]
+            reward, model_reward = out["reward"], replays["model_reward"]
         else:  # both seller rewards: the visitor's and the reference seller's, each against the model buyer
             reward, model_reward = out["seller_reward"], out["reward"]
-            reference_reward = self._replay(buyer=MODEL, seller=REFERENCE[SELLER], **same)["seller_reward"]
+        reference_reward = replays["reference_reward"]
         return {"ended_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "name": meta["name"],
                 "role": role, "source": meta["source"], "product": state["product"], "title": state["title"],
                 "seller": state["seller"], "seed": state["seed"], "reward": reward, "model_reward": model_reward,

@@ -4,13 +4,16 @@
 the shipped buyer with the best held-out rows plays (``headline_checkpoint``: the tiny checkpoint, or a
 SmolLM2 adapter once one scores higher over the builtin and the other source's test products), offline on CPU.
 Generation is serialized by one lock (the model and its caches are shared), and runs under ``@spaces.GPU``
-so a ZeroGPU Space gives it a GPU; elsewhere that decorator does nothing.
+so a ZeroGPU Space gives it a GPU; elsewhere that decorator does nothing. A live game's move goes before
+background work (a challenge's replays, run from its start under ``background()``): a visitor never waits
+behind a game nobody watches. ``warm()`` loads the seat and writes a few tokens once, at start-up.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import spaces
@@ -25,8 +28,60 @@ ENV_VAR = "HAGGLE_MODEL"
 MARKET_SHIPPED = ROOT / "artifacts" / "checkpoints" / "grpo-smollm2-market"
 MARKET_ENV_VAR = "HAGGLE_MARKET_MODEL"
 
-_lock = threading.Lock()
 _loaded: dict = {}
+
+
+class SeatLock:
+    """One generation at a time; a waiting live move goes before any waiting background work."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._busy = False
+        self._live_waiting = 0
+        self._local = threading.local()
+
+    @contextmanager
+    def background(self):
+        """Work in this block (this thread) yields the model to live moves."""
+        before = getattr(self._local, "background", False)
+        self._local.background = True
+        try:
+            yield
+        finally:
+            self._local.background = before
+
+    def __enter__(self):
+        background = getattr(self._local, "background", False)
+        with self._cond:
+            if not background:
+                self._live_waiting += 1
+            try:
+                while self._busy or (background and self._live_waiting):
+                    self._cond.wait()
+            finally:
+                if not background:
+                    self._live_waiting -= 1
+            self._busy = True
+        return self
+
+    def __exit__(self, *exc):
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
+
+
+_lock = SeatLock()
+background = _lock.background
+
+
+def warm(path: str | None = None, tokens: int = 4) -> str:
+    """Load the seat's model (the market lab's with ``path``) and write a few tokens, so a visitor's first reply
+    finds it loaded, converted for its engine and past its first-call allocations. Returns the model's label."""
+    with background(), _lock:
+        backend = _backend(path)
+        prompt = backend.tokenizer("Hello", add_special_tokens=False)["input_ids"] or [0]
+        backend.generate_ids([prompt], tokens, [])
+    return model_label(path)
 
 
 def model_path() -> str:

@@ -211,3 +211,32 @@ def test_records_are_committed_to_a_hub_dataset_with_the_commit_scheduler(tmp_pa
         assert [r["name"] for r in lines] == ["v1", "v2"] and set(lines[0]) == set(COLUMNS)
         assert lines == board.games()
         assert not fake.unknown, fake.unknown
+
+
+def test_the_replays_are_played_from_the_start_so_the_last_move_waits_for_none(tmp_path, monkeypatch):
+    """The comparison games do not depend on the visitor's moves: they are played in the background from the
+    challenge's start, and the last move takes their result instead of playing them then."""
+    ch = challenges(tmp_path)
+    state = ch.start(role="buyer", product=3, seed=21)
+    replays = ch._meta[state["session_id"]]["replays"]
+    replays.result(timeout=120)  # played while the visitor has not moved yet
+    monkeypatch.setattr(ch, "_replay", lambda **game: pytest.fail(f"replayed at the end: {game}"))
+    ended = play(lambda **kw: state, ch.reply, "buyer", None)
+    same = {"product": ended["product"], "seed": ended["seed"]}
+    model = ch.sessions.view(ch.sessions.new_game(buyer="model", seller=ended["seller"], **same))["outcome"]
+    assert ended["challenge"]["model_reward"] == model["reward"]
+
+
+def test_a_queued_or_failed_replay_is_played_when_the_game_ends(tmp_path, monkeypatch):
+    ch = challenges(tmp_path)
+    monkeypatch.setattr(ch, "_start_replays", lambda *a: ch._replays.submit(lambda: 1 / 0))  # fails in background
+    state = play(ch.start, ch.reply, "seller", seed=8, product=2)
+    ref = ch.sessions.view(ch.sessions.new_game(buyer="model", seller="neutral", product=state["product"],
+                                                seed=state["seed"]))["outcome"]
+    assert state["challenge"]["reference_reward"] == ref["seller_reward"]
+    gate = __import__("threading").Event()
+    monkeypatch.setattr(ch, "_start_replays", lambda *a: ch._replays.submit(gate.wait))  # the worker is held up
+    held = ch.start(role="buyer", product=1, seed=4)  # its own replay waits in the queue behind the held one
+    ended = play(lambda **kw: held, ch.reply, "buyer", None)
+    gate.set()
+    assert ended["challenge"]["model_reward"] is not None and ch._meta[held["session_id"]]["replays"].cancelled()

@@ -1,5 +1,6 @@
-"""The CPU inference engine (CTranslate2) against the reference backend (transformers ``generate``): the
-same greedy tokens on the games' real contexts, a re-export after a training step, clear errors."""
+"""The CPU inference engines (llama.cpp, CTranslate2) against the reference backend (transformers ``generate``):
+the same greedy tokens on the games' real contexts, a re-export after a training step, the conversation's state
+kept between turns, clear errors. Each engine's tests skip where its package is not installed."""
 
 from __future__ import annotations
 
@@ -10,10 +11,23 @@ from env.market import TASKS
 from training.engine.backends import SamplingConfig, TransformersBackend
 from training.engine.rollout import LLMAgent, Teacher
 
-ctranslate2 = pytest.importorskip("ctranslate2")
-from training.engine.ct2 import CTranslate2Backend, EngineUnavailable, export  # noqa: E402
-
 GREEDY = SamplingConfig(temperature=0.0)
+ENGINES = ("llamacpp", "ctranslate2")
+
+
+def make_engine(name: str, model, tok, cache=None, sampling=GREEDY):
+    """The engine's backend (fp32), skipping the test where the engine is not installed."""
+    if name == "llamacpp":
+        pytest.importorskip("llama_cpp")
+        from training.engine.llamacpp import LlamaCppBackend
+        return LlamaCppBackend(model, tok, sampling, "float32", cache=cache)
+    pytest.importorskip("ctranslate2")
+    from training.engine.ct2 import CTranslate2Backend
+    return CTranslate2Backend(model, tok, sampling, "float32", cache=cache)
+
+
+def export_of(engine) -> object:
+    return engine.path if engine.kind == "llamacpp" else engine.folder
 
 
 class _Stub:
@@ -40,10 +54,10 @@ def game_contexts(tok, game: str, n: int = 16) -> list[list[int]]:
     return sorted(contexts, key=len)[:n]
 
 
-def _same_tokens(model, tok, contexts, new: int = 32) -> tuple[list, list]:
+def _same_tokens(engine, model, tok, contexts, new: int = 32) -> tuple[list, list]:
     stop = [tok.eos_token_id]
     ref = TransformersBackend(model, tok, GREEDY).generate_ids(contexts, new, stop)
-    got = CTranslate2Backend(model, tok, GREEDY, "float32").generate_ids(contexts, new, stop)
+    got = make_engine(engine, model, tok).generate_ids(contexts, new, stop)
     return [c.ids for c in ref], [c.ids for c in got]
 
 
@@ -56,21 +70,23 @@ def tiny():
     return load_model(str(path), device="cpu", dtype="float32", merge=True)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("game", ["bargain", "market"])
-def test_fp32_greedy_tokens_equal_transformers_on_the_tiny_model(tiny, game):
+def test_fp32_greedy_tokens_equal_transformers_on_the_tiny_model(tiny, game, engine):
     model, tok = tiny
-    ref, got = _same_tokens(model, tok, game_contexts(tok, game))
+    ref, got = _same_tokens(engine, model, tok, game_contexts(tok, game))
     assert got == ref
     assert any(len(r) > 4 for r in ref)  # real replies, not empty ones
 
 
 @pytest.mark.slow
-def test_fp32_greedy_tokens_equal_transformers_on_smollm2():
+@pytest.mark.parametrize("name", ENGINES)
+def test_fp32_greedy_tokens_equal_transformers_on_smollm2(name):
     """The shipped SmolLM2 buyer, adapter merged (one export), on 16 contexts of each game."""
     from training.engine.models import load_model
     model, tok = load_model("artifacts/checkpoints/grpo-smollm2", device="cpu", dtype="float32", merge=True)
     stop = [tok.eos_token_id]
-    engine = CTranslate2Backend(model, tok, GREEDY, "float32")
+    engine = make_engine(name, model, tok)
     reference = TransformersBackend(model, tok, GREEDY)
     for game in ("bargain", "market"):
         contexts = game_contexts(tok, game)
@@ -97,13 +113,14 @@ def test_the_measured_choice_is_the_fastest_engine_whose_tokens_are_exact(tmp_pa
     assert measured_engine(1, tmp_path / "missing.json")["engine"] == "transformers"
 
 
-def test_after_a_training_step_the_reexported_engine_writes_the_new_policys_tokens(tmp_path):
+@pytest.mark.parametrize("name", ENGINES)
+def test_after_a_training_step_the_reexported_engine_writes_the_new_policys_tokens(tmp_path, name):
     import torch
 
     from training.engine.models import load_model
     model, tok = load_model("tiny", device="cpu", dtype="float32")
     contexts = game_contexts(tok, "bargain", 8)
-    engine = CTranslate2Backend(model, tok, GREEDY, cache=tmp_path)
+    engine = make_engine(name, model, tok, cache=tmp_path)
     before = [c.ids for c in engine.generate_ids(contexts, 16, [tok.eos_token_id])]
     assert not engine.refresh(), "unchanged weights: the same export"
     # one real optimizer step on a language-modelling loss
@@ -113,19 +130,79 @@ def test_after_a_training_step_the_reexported_engine_writes_the_new_policys_toke
     model(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
     model.eval()
-    old = engine.folder
-    assert engine.refresh() and engine.folder != old
+    old = export_of(engine)
+    assert engine.refresh() and export_of(engine) != old
     after = [c.ids for c in engine.generate_ids(contexts, 16, [tok.eos_token_id])]
     reference = [c.ids for c in TransformersBackend(model, tok, GREEDY).generate_ids(contexts, 16, [tok.eos_token_id])]
     assert after == reference and after != before
 
 
-def test_an_architecture_the_engine_cannot_convert_is_one_clear_error(tmp_path):
+def test_an_architecture_ctranslate2_cannot_convert_is_one_clear_error(tmp_path):
+    pytest.importorskip("ctranslate2")
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from training.engine.ct2 import EngineUnavailable, export
     from training.engine.models import load_model
     _, tok = load_model("tiny", device="cpu", dtype="float32")
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=len(tok)))
     model.config.__class__ = type("ToyConfig", (GPT2Config,), {})  # a config class no converter knows
     with pytest.raises(EngineUnavailable, match="cannot convert a ToyConfig"):
         export(model, tok, tmp_path)
+
+
+def test_an_architecture_llamacpp_cannot_convert_is_one_clear_error(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from training.engine.export import EngineUnavailable
+    from training.engine.llamacpp import export
+    from training.engine.models import load_model
+    _, tok = load_model("tiny", device="cpu", dtype="float32")
+    toy = type("ToyForCausalLM", (GPT2LMHeadModel,), {})  # an architecture llama.cpp's converter does not know
+    model = toy(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=len(tok)))
+    with pytest.raises(EngineUnavailable, match="cannot export this GPT2Config model .*ToyForCausalLM"):
+        export(model, tok, cache=tmp_path)
+    assert not list(tmp_path.glob("*/*.gguf"))  # nothing half-written is left to be taken for an export
+
+
+def test_a_missing_engine_is_one_clear_line(monkeypatch):
+    import builtins
+
+    from training.engine.export import EngineUnavailable
+    from training.engine.llamacpp import _llama_cpp
+    real = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__",
+                        lambda name, *a, **kw: (_ for _ in ()).throw(ImportError(name)) if name == "llama_cpp"
+                        else real(name, *a, **kw))
+    with pytest.raises(EngineUnavailable, match="pip install llama-cpp-python==.*transformers backend works"):
+        _llama_cpp()
+
+
+def test_the_next_turn_feeds_only_its_new_tokens_and_writes_the_same_reply(tiny):
+    """The engine keeps each reply's KV state: a game's next turn (context, reply, opponent's message) feeds only
+    what is new, also after other visitors' games came in between, and writes transformers' tokens."""
+    pytest.importorskip("llama_cpp")
+    model, tok = tiny
+    engine, reference = make_engine("llamacpp", model, tok), TransformersBackend(model, tok, GREEDY)
+    stop = [tok.eos_token_id]
+    first, other = game_contexts(tok, "bargain", 2)
+    reply = engine.generate_ids([first], 48, stop)[0]
+    engine.generate_ids([other], 16, stop)  # another game in between
+    message = tok("<|im_start|>user\nseller: no lower than that<|im_end|>\n<|im_start|>assistant\n",
+                  add_special_tokens=False)["input_ids"]
+    following = first + reply.ids + message
+    fed = engine.prefilled
+    got = engine.generate_ids([following], 32, stop)[0].ids
+    assert engine.prefilled - fed == len(following) - len(first) - len(reply.ids) + int(reply.stopped)
+    assert got == reference.generate_ids([following], 32, stop)[0].ids
+
+
+def test_sampling_is_seeded_and_stays_in_the_vocabulary(tiny):
+    pytest.importorskip("llama_cpp")
+    model, tok = tiny
+    hot = SamplingConfig(temperature=1.0, top_p=0.9, top_k=50, seed=3)
+    contexts = game_contexts(tok, "bargain", 3)
+    a = make_engine("llamacpp", model, tok, sampling=hot).generate_ids(contexts, 24, [tok.eos_token_id])
+    b = make_engine("llamacpp", model, tok, sampling=hot).generate_ids(contexts, 24, [tok.eos_token_id])
+    assert [c.ids for c in a] == [c.ids for c in b]
+    assert all(0 <= t < len(tok) for c in a for t in c.ids)

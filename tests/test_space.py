@@ -316,3 +316,29 @@ def test_generalisation_table_has_each_studys_pooled_rows_and_says_when_one_did_
                                                            ("d_llm_seller", "no --seller_model given")]
     assert table[0][4] == "+0.100" and table[2][1] == "not run"
     assert all(len(r) == len(F.GENERALISATION_COLUMNS) for r in table)
+
+
+def test_a_live_move_takes_the_model_before_waiting_background_work():
+    """The seat's lock: background work (a challenge's replays) waiting for the model lets a live move go first."""
+    import threading
+    import time
+
+    from space.model import SeatLock
+
+    lock, order = SeatLock(), []
+    lock.__enter__()  # the model is busy
+
+    def work(name, background):
+        with lock.background() if background else __import__("contextlib").nullcontext():
+            with lock:
+                order.append(name)
+
+    bg = threading.Thread(target=work, args=("background", True))
+    bg.start()
+    time.sleep(0.2)  # the background work waits first
+    live = threading.Thread(target=work, args=("live", False))
+    live.start()
+    time.sleep(0.2)
+    lock.__exit__(None, None, None)
+    bg.join(5), live.join(5)
+    assert order == ["live", "background"]

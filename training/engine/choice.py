@@ -4,7 +4,7 @@
 seat) and at batch 32 (evaluations, rollouts) and counts how many greedy rows equal transformers fp32's
 token for token. ``auto`` takes, for the batch size at hand, the fastest engine whose rows were all equal
 (so a result never depends on the engine); without a measurement, or without the engine installed,
-transformers ``generate`` (the reference and the fallback). ``$HAGGLE_ENGINE`` (``transformers`` or
+transformers ``generate`` (the reference and the fallback). ``$HAGGLE_ENGINE`` (``transformers``, ``llamacpp`` or
 ``ctranslate2``) overrides the choice.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from training.common.provenance import REPO_ROOT
 
-ENGINES = ("auto", "transformers", "ctranslate2")
+ENGINES = ("auto", "transformers", "llamacpp", "ctranslate2")
 ENV_VAR = "HAGGLE_ENGINE"
 MEASURED = REPO_ROOT / "artifacts" / "benchmarks" / "engines.json"
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def measured_engine(batch: int, path: Path = MEASURED) -> dict:
     spec = {"engine": top["engine"].split()[0], "why": f"fastest exact engine at batch {batch}: {top['engine']} "
                                                       f"({key} {top[key]:.3g}, {path.name})"}
     for part in top["engine"].split()[1:]:
-        if part in ("float32", "int8", "int8_float32"):
+        if part in ("float32", "bfloat16", "int8", "int8_float32"):
             spec["compute_type"] = part
         elif part.startswith("threads="):
             spec["threads"] = int(part.split("=")[1])
@@ -62,6 +62,13 @@ def generation_backend(model, tokenizer, sampling=None, engine: str = "auto", ba
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     spec = measured_engine(batch) if engine == "auto" else {"engine": engine}
+    if spec["engine"] == "llamacpp" and model.device.type == "cpu":
+        from training.engine.export import EngineUnavailable  # noqa: PLC0415
+        from training.engine.llamacpp import LlamaCppBackend  # noqa: PLC0415
+        try:
+            return LlamaCppBackend(model, tokenizer, sampling, spec.get("compute_type", "float32"), spec.get("threads", 0))
+        except EngineUnavailable as exc:
+            log.warning("generating with transformers: %s", exc)
     if spec["engine"] == "ctranslate2" and model.device.type == "cpu":
         from training.engine.ct2 import CTranslate2Backend, EngineUnavailable  # noqa: PLC0415
         try:

@@ -14,8 +14,6 @@ transformers' greedy tokens (tested); ``int8`` quantizes them at load.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -25,14 +23,11 @@ from pathlib import Path
 from training.common.provenance import REPO_ROOT
 from training.engine.backends import SamplingConfig
 from training.engine.batching import Completion
+from training.engine.export import EngineUnavailable, weights_hash  # noqa: F401 - the names callers import from here
 
 CACHE = Path(os.environ.get("HAGGLE_CT2_CACHE", REPO_ROOT / ".cache" / "ct2"))
 COMPUTE_TYPES = ("float32", "int8", "int8_float32")
 _EXPORT_LOCK = threading.Lock()
-
-
-class EngineUnavailable(RuntimeError):
-    """The engine is not installed, or cannot run this model; the message says which and what to do."""
 
 
 def _ctranslate2():
@@ -42,19 +37,6 @@ def _ctranslate2():
         raise EngineUnavailable("the CTranslate2 engine needs `pip install ctranslate2==4.8.5` (optional); "
                                 "the transformers backend works without it") from exc
     return ctranslate2
-
-
-def weights_hash(model) -> str:
-    """A content hash of the model's weights and config: equal weights, equal hash, whatever the path."""
-    import torch  # noqa: PLC0415
-
-    digest = hashlib.sha256(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        t = tensor.detach().to("cpu").contiguous()
-        digest.update(str(t.dtype).encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
 
 
 def export(model, tokenizer, cache: Path | None = None) -> Path:

