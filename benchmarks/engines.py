@@ -16,7 +16,8 @@ replies written by the rule expert through the model's own chat template, every 
   contexts from every turn of the games: how many rows are identical token for token.
 
 Engines: transformers ``generate`` fp32 (the reference and fallback, as the rollout engine calls it), llama.cpp
-fp32 and bf16 (``training/engine/llamacpp.py``, GGUF from llama.cpp's own converter), CTranslate2 fp32 and int8
+fp32 and bf16 (``training/engine/llamacpp.py``, GGUF from llama.cpp's own converter), each one row at a time and
+``batched`` (32 conversations decoded together), CTranslate2 fp32 and int8
 (``training/engine/ct2.py``, its own converter), with ``--ct2-threads`` and ``--ct2-chunks`` variants; an engine
 not installed is skipped and said. Engines are interleaved (round-robin per repeat) so a busier moment hurts all
 alike.
@@ -90,6 +91,8 @@ def engines(model, tok, threads: list[int], chunks: list[int]) -> dict:
         from training.engine.llamacpp import LlamaCppBackend  # noqa: PLC0415
         for precision in ("float32", "bfloat16"):
             made[f"llamacpp {precision}"] = LlamaCppBackend(model, tok, greedy, precision)
+            made[f"llamacpp {precision} batched"] = LlamaCppBackend(model, tok, greedy, precision, slots=32,
+                                                                    batched=True)
     except EngineUnavailable as exc:
         print(f"skipped llama.cpp: {exc}")
     from training.engine.ct2 import CTranslate2Backend  # noqa: PLC0415

@@ -13,7 +13,10 @@ game is shown, both sides' reasoning included.
 
 from __future__ import annotations
 
+import queue
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 
 from env.bargain.env import DEFAULT_MAX_TURNS, BargainEnv
@@ -21,7 +24,7 @@ from env.bargain import play
 from env.bargain.play import Match, available_sources, check_max_turns, check_mode, pick_scenario
 from env.bargain.players import ALL_SELLERS, BUYERS, make_player
 from env.bargain.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REJECT, SELL, Action, compose_reply, format_price, \
-    parse_reply
+    parse_reply, split_private
 from env.bargain.rules import BUYER, OTHER, SELLER, bargained_ratio
 from env.bargain.sources import Scenario
 from space.sessions import GameError, Session, SessionStore, as_game_error
@@ -122,8 +125,10 @@ class BargainSessions(SessionStore):
             pass
         return state
 
-    def reply_steps(self, session_id: str, action: str, price: float | None = None, talk: str = ""):
-        """``reply``, yielding the state after the person's move and after each agent reply."""
+    def reply_steps(self, session_id: str, action: str, price: float | None = None, talk: str = "",
+                    previews: bool = False):
+        """``reply``, yielding the state after the person's move and after each agent reply (and, with
+        ``previews``, while a model writes: see ``agent_replies``)."""
         game = self.get(session_id)
         with game.lock:
             role = game.human
@@ -133,8 +138,61 @@ class BargainSessions(SessionStore):
                 raise GameError("this game is over; start a new one")
             game.match.step(human_reply(role, game.env.observe(role).their_offer, action, price, talk, game.mode))
             yield view(game)
-            while game.match.advance(limit=1):  # one agent reply at a time
-                yield view(game)
+            yield from agent_replies(game, previews)
+
+
+PREVIEW_EVERY_S = 0.25  # how often a reply being written is shown anew
+
+
+def agent_replies(game: BargainSession, previews: bool = False):
+    """The agents' replies, one at a time, until a person must move or the game ends (the caller holds the game's
+    lock): the view after each reply and, with ``previews``, while a model seat writes, the view with ``writing``:
+    ``{"role", "text"}``, the reply so far as the viewer may see it (a person sees only its public part, never the
+    private reasoning; a spectator sees it all, as the finished game shows it)."""
+    while not game.env.done:
+        writer = game.env.to_move
+        agent = getattr(getattr(game.match.seats[writer], "player", None), "agent", None)  # a model seat's
+        tokenizer = getattr(agent, "tokenizer", None)
+        if not previews or tokenizer is None:
+            if not game.match.advance(limit=1):
+                return
+            yield view(game)
+            continue
+        written: queue.SimpleQueue = queue.SimpleQueue()
+        moved = threading.Thread(target=_move_streaming, args=(game, written), daemon=True, name="model-move")
+        moved.start()
+        ids, shown, done = [], "", False
+        while not done:
+            time.sleep(PREVIEW_EVERY_S)
+            while not written.empty():
+                item = written.get()
+                if isinstance(item, int):
+                    ids.append(item)
+                else:
+                    done, outcome = True, item
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            text = text if game.human is None else split_private(text)[1]
+            if not done and text != shown:
+                shown = text
+                yield {**view(game), "writing": {"role": writer, "text": text}}
+        moved.join()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if not outcome:
+            return
+        yield view(game)
+
+
+def _move_streaming(game: BargainSession, written: queue.SimpleQueue) -> None:
+    """One agent reply, its tokens put on ``written`` as they are written; then the moves made (or the error)."""
+    from space.model import streaming  # noqa: PLC0415 - the model seat, imported when first asked
+
+    try:
+        with streaming(written.put):
+            outcome = game.match.advance(limit=1)
+    except BaseException as exc:  # noqa: BLE001 - handed to the page's thread, which raises it
+        outcome = exc
+    written.put(outcome)
 
 
 def _no_model(role: str, mode: str):

@@ -8,7 +8,9 @@ and at the end sees their score beside what the model and a reference player sco
   same product and seed.
 
 Those replays do not depend on the visitor's moves, so they are played in the background from the game's start
-(yielding the model to live moves): the last move's result is ready when the visitor makes it. The game's seed is drawn by the server and shown only when the game is over (the same seed replays the same
+(yielding the model to live moves): the last move's result is ready when the visitor makes it.
+
+The game's seed is drawn by the server and shown only when the game is over (the same seed replays the same
 scripted moves, so a visitor who chose it could rehearse the game first). Finished games go to a leaderboard (one
 table per role), ranked by how far the visitor beat the trained model on the same game, then by reward. Only the game record is kept: when
 it ended, the name the visitor typed (optional), the role, the game (source, product, seller, seed), the
@@ -239,12 +241,24 @@ class Challenges:
         return self._play_replays(meta["role"], meta["source"], state["product"], state["seed"], seller, live=True)
 
     def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
+        for state in self.reply_steps(session_id, action, price, talk):
+            pass
+        return state
+
+    def reply_steps(self, session_id: str, action: str, price: float | None = None, talk: str = "",
+                    previews: bool = False):
+        """``reply``, yielding the states on the way (the model's reply while it is written, with ``previews``) and
+        last the state with the result once the game has ended."""
         if session_id not in self._meta:
             raise GameError("not a challenge game: start one with challenge_start")
         state = self.sessions.state(session_id)
         if state["done"]:  # a move after the end (a second tab, a retry): the result again, nothing recorded twice
-            return self._finish(state)
-        return self._finish(self.sessions.reply(session_id, action, price, talk))
+            yield self._finish(state)
+            return
+        for state in self.sessions.reply_steps(session_id, action, price, talk, previews):
+            if not state["done"]:
+                yield state
+        yield self._finish(state)
 
     def _finish(self, state: dict) -> dict:
         """The state, with the challenge's result once the game has ended (scored and recorded once); while it

@@ -72,6 +72,24 @@ class SeatLock:
 
 _lock = SeatLock()
 background = _lock.background
+_listening = threading.local()
+
+
+@contextmanager
+def streaming(listener):
+    """Model moves made in this block (this thread) call ``listener(token_id)`` for each token as it is written."""
+    before = getattr(_listening, "fn", None)
+    _listening.fn = listener
+    try:
+        yield
+    finally:
+        _listening.fn = before
+
+
+def seat_tokenizer(path: str | None = None):
+    """The seat's tokenizer (the model loaded on first use), to read a reply while it is written."""
+    with background(), _lock:
+        return _backend(path).tokenizer
 
 
 def warm(path: str | None = None, tokens: int = 4) -> str:
@@ -166,7 +184,12 @@ def _backend(path: str | None = None):
 
 @spaces.GPU
 def _generate(player, obs) -> str:
-    return player.act(obs)
+    backend, listener = player.agent.backend, getattr(_listening, "fn", None)
+    backend.listener = None if listener is None else (lambda row, token: listener(token))
+    try:
+        return player.act(obs)
+    finally:
+        backend.listener = None
 
 
 class ModelSeat:

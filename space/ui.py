@@ -19,7 +19,8 @@ from space import figures as F
 from space import market as M
 from space import story
 from space.api import API, CHALLENGES, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
-from space.bargain import HUMAN, HUMAN_ACTIONS, MODEL, GameError, available_sources, choices, view
+from space.bargain import (HUMAN, HUMAN_ACTIONS, MODEL, GameError, agent_replies, available_sources, choices,
+                           view)
 from space.card import card_facts, model_card
 from space.challenge import NOTICE, REFERENCE
 from space.model import ENV_VAR, market_model_path, model_label, model_path, model_roles
@@ -93,7 +94,12 @@ def _game_outputs(state: dict):
         card += ("\n\n<details><summary>What plays as <code>model</code></summary>\n\n"
                  + model_card(model_path(), "The model") + "\n\n</details>")
     outcome = state["outcome"]["explanation"] if state.get("outcome") else ""
-    return state["messages"], card, outcome, gr.update(visible=bool(you) and not state["done"])
+    messages = state["messages"]
+    if state.get("writing"):  # a model's reply while it is written (only what this viewer may see of it)
+        w = state["writing"]
+        messages = [*messages, {"role": "user" if w["role"] == BUYER else "assistant",
+                                "content": f"**{w['role']}** (writing…): {w['text']}"}]
+    return messages, card, outcome, gr.update(visible=bool(you) and not state["done"])
 
 
 @gradio_errors
@@ -107,9 +113,10 @@ def ui_start(source, buyer, seller, mode, product, seed, old_session, request: g
                                     reasoning_mode=mode, advance=False), client_of(request))
     with game.lock:
         yield (game.id, *_game_outputs(view(game)))
-        while game.match.advance(limit=1):
-            time.sleep(PACE_S)
-            *outs, controls = _game_outputs(view(game))
+        for state in agent_replies(game, previews=True):  # a model's reply shown while it is written
+            if "writing" not in state:
+                time.sleep(PACE_S)
+            *outs, controls = _game_outputs(state)
             yield (game.id, *outs, controls if game.env.done or game.human == game.env.to_move else gr.skip())
 
 
@@ -117,8 +124,9 @@ def ui_start(source, buyer, seller, mode, product, seed, old_session, request: g
 def ui_send(session, action, price, talk):
     if not session:
         raise GameError("start a game first")
-    for k, state in enumerate(GAMES.reply_steps(session, action, price if action == "offer" else None, talk)):
-        if k:
+    steps = GAMES.reply_steps(session, action, price if action == "offer" else None, talk, previews=True)
+    for k, state in enumerate(steps):
+        if k and "writing" not in state:
             time.sleep(PACE_S)
         *outs, controls = _game_outputs(state)
         # the controls change only when the person may move again or the game is over
@@ -177,8 +185,8 @@ def ui_challenge_start(role, name, product, old_session, request: gr.Request = N
 def ui_challenge_send(session, action, price, talk):
     if not session:
         raise GameError("start a challenge first")
-    state = CHALLENGES.reply(session, action, price if action == "offer" else None, talk)
-    return (*_challenge_outputs(state), "")
+    for state in CHALLENGES.reply_steps(session, action, price if action == "offer" else None, talk, previews=True):
+        yield (*_challenge_outputs(state), "")
 
 
 def _market_outputs(state: dict, chart: bool = True, series: dict | None = None):

@@ -193,7 +193,7 @@ def test_the_next_turn_feeds_only_its_new_tokens_and_writes_the_same_reply(tiny)
     following = first + reply.ids + message
     fed = engine.prefilled
     got = engine.generate_ids([following], 32, stop)[0].ids
-    assert engine.prefilled - fed == len(following) - len(first) - len(reply.ids) + int(reply.stopped)
+    assert engine.prefilled - fed == len(following) - len(first) - len(reply.ids) + 1  # its last token: never fed
     assert got == reference.generate_ids([following], 32, stop)[0].ids
 
 
@@ -206,3 +206,23 @@ def test_sampling_is_seeded_and_stays_in_the_vocabulary(tiny):
     b = make_engine("llamacpp", model, tok, sampling=hot).generate_ids(contexts, 24, [tok.eos_token_id])
     assert [c.ids for c in a] == [c.ids for c in b]
     assert all(0 <= t < len(tok) for c in a for t in c.ids)
+
+
+def test_batched_rows_are_written_together_and_each_keeps_its_conversation(tiny):
+    """``batched``: several conversations decoded together; each next turn feeds only what is new, whatever order
+    the rows come in, and a repeat of the same call writes the same tokens."""
+    pytest.importorskip("llama_cpp")
+    from training.engine.llamacpp import LlamaCppBackend
+    model, tok = tiny
+    stop = [tok.eos_token_id]
+    contexts = game_contexts(tok, "bargain", 6)
+    engine = LlamaCppBackend(model, tok, GREEDY, "float32", slots=8, batched=True)
+    replies = engine.generate_ids(contexts, 24, stop)
+    message = tok("<|im_start|>user\nseller: fine<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    following = [c + r.ids + message["input_ids"] for c, r in zip(contexts, replies)][::-1]  # another row order
+    fed = engine.prefilled
+    again = engine.generate_ids(following, 24, stop)
+    assert engine.prefilled - fed == sum(len(message["input_ids"]) + 1 for _ in following)
+    fresh = LlamaCppBackend(model, tok, GREEDY, "float32", slots=8, batched=True)
+    assert [c.ids for c in fresh.generate_ids(contexts, 24, stop)] == [r.ids for r in replies]
+    assert all(len(c.ids) for c in again)

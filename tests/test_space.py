@@ -342,3 +342,27 @@ def test_a_live_move_takes_the_model_before_waiting_background_work():
     lock.__exit__(None, None, None)
     bg.join(5), live.join(5)
     assert order == ["live", "background"]
+
+
+@pytest.mark.parametrize("viewer", ["human", None])
+def test_a_model_reply_is_shown_while_written_and_a_person_never_sees_its_reasoning(monkeypatch, viewer):
+    """Previews of a model's reply: a person playing against it sees only the public part written so far (never
+    the private Thought), a spectator sees all of it; the reply played is the one written."""
+    from space import bargain as B
+    from space.model import load_seat, model_roles
+
+    monkeypatch.setattr(B, "PREVIEW_EVERY_S", 0.005)
+    games = B.BargainSessions(model_loader=load_seat, model_roles=model_roles)
+    game = games.new_game(buyer="model", seller=viewer or "neutral", product=3, seed=7, advance=False)
+    with game.lock:
+        states = list(B.agent_replies(game, previews=True))
+    previews = [s["writing"] for s in states if "writing" in s]
+    assert previews and all(p["role"] == "buyer" for p in previews)
+    first = game.env.transcript()["turns"][0]
+    texts = [p["text"] for p in previews if p["text"]]
+    if viewer:
+        assert first["thought"] and not any(first["thought"][:12] in t or "Thought" in t for t in texts)
+    else:
+        assert any(first["thought"][:12] in t for t in texts)  # a spectator watches the reasoning being written
+    plain = games.new_game(buyer="model", seller=viewer or "neutral", product=3, seed=7)
+    assert plain.env.transcript()["turns"] == game.env.transcript()["turns"]

@@ -64,6 +64,7 @@ class TransformersBackend:
 
     kind = "transformers"
     prefix_cache = True
+    listener = None  # ``listener(row, token_id)`` hears each token of a one-row call as it is written (streaming)
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, continuous: bool = False,
                  max_rows: int = 64, prefill_dtype: str = "auto", decode_dtype: str = "auto",
@@ -161,6 +162,8 @@ class TransformersBackend:
                       past_key_values=static, disable_compile=True)
         if not greedy:
             kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+        if self.listener is not None and len(prompts) == 1:  # transformers streams one row at a time
+            kwargs["streamer"] = _Streamer(self.listener)
         torch.manual_seed(s.seed + self.calls)
         self.calls += 1
         with torch.inference_mode():
@@ -220,6 +223,23 @@ def _span(t, row: int, spans: list[tuple[int, int]]):
 
     parts = [t[row:row + 1, :, a:b] for a, b in spans]
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+
+class _Streamer:
+    """transformers' streamer protocol (``put`` the prompt, then each new token; ``end``) to a token listener."""
+
+    def __init__(self, listener):
+        self.listener, self.prompt_seen = listener, False
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        for token in value.reshape(-1).tolist():
+            self.listener(0, int(token))
+
+    def end(self) -> None:
+        pass
 
 
 def _trim(cache: PrefixCache, length: int) -> PrefixCache:

@@ -50,6 +50,7 @@ def measured_engine(batch: int, path: Path = MEASURED) -> dict:
             spec["compute_type"] = part
         elif part.startswith("threads="):
             spec["threads"] = int(part.split("=")[1])
+    spec["batched"] = top["engine"].endswith(" batched")
     if " chunks of " in top["engine"]:
         spec["chunk"] = int(top["engine"].rsplit(" ", 1)[1])
     return spec
@@ -69,7 +70,8 @@ def generation_backend(model, tokenizer, sampling=None, engine: str = "auto", ba
         from training.engine.llamacpp import LlamaCppBackend  # noqa: PLC0415
         try:
             return LlamaCppBackend(model, tokenizer, sampling, spec.get("compute_type", "float32"),
-                                   spec.get("threads", 0))
+                                   spec.get("threads", 0), slots=min(max(4, batch), 32),
+                                   batched=spec.get("batched", False))
         except EngineUnavailable as exc:
             log.warning("generating with transformers: %s", exc)
     if spec["engine"] == "ctranslate2" and model.device.type == "cpu":

@@ -67,6 +67,7 @@ class CTranslate2Backend:
 
     kind = "ctranslate2"
     prefix_cache = False
+    listener = None  # ``listener(row, token_id)``: hears every token when a call passes no ``on_token`` (streaming)
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, compute_type: str = "float32",
                  intra_threads: int = 0, cache: Path | None = None, max_batch_size: int = 0):
@@ -104,6 +105,7 @@ class CTranslate2Backend:
         is written (a reply streamed while it is written)."""
         ct2 = _ctranslate2()
         s = self.sampling
+        on_token = on_token or self.listener
         ct2.set_random_seed(s.seed + self.calls)
         self.calls += 1
         greedy = s.temperature == 0

