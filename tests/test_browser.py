@@ -316,8 +316,10 @@ def test_the_shipped_smollm2_rl_buyer_plays_a_whole_game_in_the_model_seat(page,
     pick(page, "play-buyer", "model")
     pick(page, "play-seller", "conceder")
     page.locator("#start-game").click()
+    # each reply is shown while it is written (a spectator sees it all, reasoning included)
+    page.locator("#game-chat").get_by_text("(writing…)").first.wait_for(timeout=120_000)
     outcome = page.locator("#game-outcome")
-    outcome.get_by_text("reward").first.wait_for(timeout=300_000)  # SmolLM2 on a 2-core CPU: ~10 s a reply
+    outcome.get_by_text("reward").first.wait_for(timeout=300_000)
     chat = page.locator("#game-chat").inner_text()
     assert "grpo-smollm2" in page.locator("#game-card").text_content()  # the card's folded "What plays as model"
     assert "format" not in outcome.inner_text().lower(), outcome.inner_text()  # it answered in the protocol

@@ -103,6 +103,10 @@ def test_the_measured_choice_is_the_fastest_engine_whose_tokens_are_exact(tmp_pa
              "batch32_tokens_per_s_median": 7.0},
             {"engine": "ctranslate2 int8 threads=2 chunks of 8", "batch1_reply_s_median": 3.5,
              "batch32_tokens_per_s_median": 20.0}]
+    rows.append({"engine": "llamacpp float32 batched", "batch1_reply_s_median": 3.0,
+                 "batch32_tokens_per_s_median": 40.0})  # equal on the rows measured, but not batch-invariant
+    rows.append({"engine": "llamacpp bfloat16 batched", "batch1_reply_s_median": 2.0,
+                 "batch32_tokens_per_s_median": 50.0, "batch_invariant": False})
     for r in rows:
         r.update(rows_compared=16, greedy_rows_equal_to_transformers_fp32=0 if "int8" in r["engine"] else 16)
     path = tmp_path / "engines.json"
