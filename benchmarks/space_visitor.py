@@ -11,7 +11,8 @@ visitor would:
   comes early waits for that too (``--settle`` waits for the app to go idle first: a page opened later);
 * "Out-haggle it" as the buyer, rising offers until the game ends: ``challenge_last_move_s``, from the click of
   the last move to the result with the model's and the expert's scores on the same game (replayed in the
-  background from the challenge's start).
+  background from the challenge's start), moving as fast as the page answers (a robot), and
+  ``challenge_last_move_s_paused`` with ``--pause-s`` between a seller's answer and the next offer (a person).
 
     python benchmarks/space_visitor.py        # writes artifacts/benchmarks/space_visitor.json
 """
@@ -25,7 +26,7 @@ import shutil
 import statistics
 import time
 
-from benchmarks.app_speed import free_port, settle, start_app
+from app_speed import free_port, settle, start_app  # beside this script (its folder leads sys.path)
 from training.common.provenance import benchmark_artifact
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -34,7 +35,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disa
 
 def pick(page, dropdown: str, option: str) -> None:
     page.locator(f"#{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).filter(visible=True).first.click()
 
 
 def model_opens(page) -> tuple[float, float]:
@@ -51,8 +52,9 @@ def model_opens(page) -> tuple[float, float]:
     return first_token, time.perf_counter() - t0
 
 
-def challenge_last_move(page) -> float:
-    """Seconds from the click of a challenge's last move (as the buyer) to its result on screen."""
+def challenge_last_move(page, pause_s: float = 0.0) -> float:
+    """Seconds from the click of a challenge's last move (as the buyer) to its result on screen; ``pause_s`` between
+    a seller's answer and the next offer (a person reading and typing)."""
     page.get_by_role("tab", name="Out-haggle it").click()
     page.locator("#ch-start").click()
     card = page.locator("#ch-card")
@@ -62,6 +64,7 @@ def challenge_last_move(page) -> float:
     for k in range(10):
         if "leaderboard" in result.inner_text():
             break
+        time.sleep(pause_s if k else 0.0)
         before = page.locator("#ch-chat .message").count()
         page.locator("#ch-price input").fill(f"{budget * (0.55 + 0.07 * k):.2f}")
         page.locator("#ch-price input").press("Tab")
@@ -79,7 +82,8 @@ def challenge_last_move(page) -> float:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--games", type=int, default=3, help="model-opened games (each in a fresh page)")
-    ap.add_argument("--challenges", type=int, default=3)
+    ap.add_argument("--challenges", type=int, default=3, help="challenges played at once, and again with --pause-s")
+    ap.add_argument("--pause-s", type=float, default=3.0, help="seconds a person takes between moves (second set)")
     ap.add_argument("--settle", action="store_true", help="wait for the app to go idle before the first game")
     ap.add_argument("--out", default="artifacts/benchmarks/space_visitor.json")
     args = ap.parse_args(argv)
@@ -107,10 +111,11 @@ def main(argv: list[str] | None = None) -> dict:
                         settled = settle(proc, limit_s=600)
                 opened.append(model_opens(page))
                 page.close()
-            for _ in range(args.challenges):
+            paused = []
+            for pause, into in [(0.0, firsts)] * args.challenges + [(args.pause_s, paused)] * args.challenges:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.goto(url, wait_until="load", timeout=120_000)
-                firsts.append(challenge_last_move(page))
+                into.append(challenge_last_move(page, pause))
                 page.close()
             browser.close()
     finally:
@@ -120,7 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
                "first_reply_s_first_game": opened[0][1],
                "first_reply_s_median": statistics.median(b for _, b in opened),
                "challenge_last_move_s": [round(x, 2) for x in firsts],
-               "challenge_last_move_s_median": statistics.median(firsts)}
+               "challenge_last_move_s_median": statistics.median(firsts) if firsts else None,
+               "challenge_last_move_s_paused": [round(x, 2) for x in paused],
+               "challenge_last_move_s_paused_median": statistics.median(paused) if paused else None}
     print(results)
     return benchmark_artifact(args.out, vars(args), {"games": "drawn by the page (random seed)",
                                                      "challenges": "drawn by the server"}, start, results)
