@@ -60,23 +60,26 @@ def challenge_last_move(page, pause_s: float = 0.0) -> float:
     card = page.locator("#ch-card")
     card.get_by_text("Your budget (private)").wait_for(timeout=120_000)
     budget = float(re.search(r"Your budget \(private\): \$([\d,]+\.\d\d)", card.inner_text()).group(1).replace(",", ""))
-    result, last = page.locator("#ch-result"), None
-    for k in range(10):
+    result, clicked = page.locator("#ch-result"), None
+    for k in range(11):
+        # the page is ready for the next move, or the last one ended the game (its result comes after the chat)
+        page.wait_for_function("""() => document.querySelector('#ch-result').innerText.includes('leaderboard')
+            || document.querySelector('.toast-body')
+            || document.querySelector('#ch-price input')?.offsetParent""", timeout=300_000)
         if "leaderboard" in result.inner_text():
+            return time.perf_counter() - clicked
+        if page.locator(".toast-body").count() or k == 10:
             break
         time.sleep(pause_s if k else 0.0)
         before = page.locator("#ch-chat .message").count()
         page.locator("#ch-price input").fill(f"{budget * (0.55 + 0.07 * k):.2f}")
         page.locator("#ch-price input").press("Tab")
-        t0 = time.perf_counter()
+        clicked = time.perf_counter()
         page.locator("#ch-send").click()
         page.wait_for_function(f"""() => document.querySelector('#ch-result').innerText.includes('leaderboard')
             || document.querySelector('.toast-body')
             || [...document.querySelectorAll('#ch-chat .message')].length > {before} + 1""", timeout=300_000)
-        last = time.perf_counter() - t0
-    if "leaderboard" not in result.inner_text():
-        raise RuntimeError("the challenge did not end within 10 moves")
-    return last
+    raise RuntimeError("the challenge did not end within 10 moves (or a move was refused)")
 
 
 def main(argv: list[str] | None = None) -> dict:
