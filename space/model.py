@@ -86,12 +86,6 @@ def streaming(listener):
         _listening.fn = before
 
 
-def seat_tokenizer(path: str | None = None):
-    """The seat's tokenizer (the model loaded on first use), to read a reply while it is written."""
-    with background(), _lock:
-        return _backend(path).tokenizer
-
-
 def warm(path: str | None = None, tokens: int = 4) -> str:
     """Load the seat's model (the market lab's with ``path``) and write a few tokens, so a visitor's first reply
     finds it loaded, converted for its engine and past its first-call allocations. Returns the model's label."""
