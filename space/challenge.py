@@ -231,14 +231,14 @@ class Challenges:
 
     def _replay_rewards(self, state: dict, meta: dict) -> dict:
         """The background replays' result; played again here if they failed (the next request retries)."""
-        seller = state["seller"] if meta["role"] == BUYER else REFERENCE[SELLER]
         future = meta.get("replays")
         if future is not None and not future.cancel():  # started (or done): its result; still queued: played now
             try:
                 return future.result()
             except Exception:  # noqa: BLE001 - a failed replay is tried again in the foreground, where its error shows
                 log.warning("a challenge's background replay failed; replaying now", exc_info=True)
-        return self._play_replays(meta["role"], meta["source"], state["product"], state["seed"], seller, live=True)
+        return self._play_replays(meta["role"], meta["source"], state["product"], state["seed"], state["seller"],
+                                  live=True)
 
     def reply(self, session_id: str, action: str, price: float | None = None, talk: str = "") -> dict:
         for state in self.reply_steps(session_id, action, price, talk):

@@ -134,14 +134,8 @@ class ContinuousBatcher:
         self.model, self.sampling, self.pad_id, self.max_rows = model, sampling, pad_id, max_rows
         self.join_fraction = join_fraction
         self.prefill_dtype, self.decode_dtype, self.max_len = prefill_dtype, decode_dtype, max_len
-        s = sampling
-        self.greedy = s.temperature == 0
-        warpers = [] if self.greedy else [TemperatureLogitsWarper(s.temperature)]
-        if not self.greedy and s.top_k:
-            warpers.append(TopKLogitsWarper(s.top_k))
-        if not self.greedy and s.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(s.top_p))
-        self.warpers = LogitsProcessorList(warpers)
+        self.greedy = sampling.temperature == 0
+        self.warpers = logits_warpers(sampling)
         self.steps = self.prefills = 0
 
     def run(self, requests: list[Request], on_done: Callable[[Hashable, Completion], Request | None],
@@ -307,6 +301,18 @@ class ContinuousBatcher:
             row.generated.append(t)
             row.logprobs.append(lp)
             row.last = t
+
+
+def logits_warpers(s) -> LogitsProcessorList:
+    """transformers' warpers for sampling ``s`` (temperature, top-k, top-p); none when greedy."""
+    if s.temperature == 0:
+        return LogitsProcessorList([])
+    warpers = [TemperatureLogitsWarper(s.temperature)]
+    if s.top_k:
+        warpers.append(TopKLogitsWarper(s.top_k))
+    if s.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(s.top_p))
+    return LogitsProcessorList(warpers)
 
 
 _FREE = object()  # the key of a slot whose conversation has ended

