@@ -559,3 +559,45 @@ def test_generalisation_rows_of_an_earlier_run_join_the_studies_played_with_the_
     (tmp_path / "with_d.json").write_text(json.dumps(a))
     with pytest.raises(ValueError, match="d_llm_seller, which cannot run here"):
         generalisation.main(["--include_rows", str(tmp_path / "with_d.json"), "--out", "", *common])
+
+
+def test_flat_groups_are_replaced_by_spare_groups_that_carry_signal():
+    """--spare_groups (dynamic sampling in one round): a group whose episodes all scored the same is replaced in
+    place by the next spare group whose rewards differ; flat spares are skipped, a group split with another
+    process is left alone, and the share of flat groups as sampled is reported."""
+    from types import SimpleNamespace as R
+
+    from training.rl.run import replace_flat_groups
+    rows = [0, 0, 1, 1, 2, 2, 3]  # row 3: half a group here (its other half is on another process)
+    rewards = [0.5, 0.5, 0.1, 0.9, -1.0, -1.0, 0.2]
+    spare_rows, spare_rewards = [10, 10, 11, 11], [0.3, 0.3, 0.0, 0.4]
+    records, kept, stats = replace_flat_groups(rows, [R(reward=x) for x in rewards], spare_rows,
+                                               [R(reward=x) for x in spare_rewards], group=2)
+    assert kept == [11, 11, 1, 1, 2, 2, 3]  # row 0 got the spare with variance; row 2 stays (no spare left)
+    assert [r.reward for r in records] == [0.0, 0.4, 0.1, 0.9, -1.0, -1.0, 0.2]
+    assert stats == {"frac_zero_std": 2 / 3, "replaced": 1}
+    none, same, _ = replace_flat_groups(rows, [R(reward=x) for x in rewards], [], [], group=2)
+    assert same == rows and [r.reward for r in none] == rewards
+
+
+@pytest.mark.slow
+def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(tiny_dir, tmp_path):
+    """A GRPO run with --spare_groups plays the spares in the step's batch: the curve logs the share of flat
+    groups as sampled and as trained, and every episode it trained on (episode log) is a train row, spares
+    included, never one of another step."""
+    from training import grpo
+    out, curve, log = tmp_path / "grpo", tmp_path / "curve.json", tmp_path / "episodes"
+    grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(out), "--curve", str(curve),
+               "--spare_groups", "2", "--episode_log", str(log)])
+    points = json.loads(curve.read_text())["points"]
+    assert [p["step"] for p in points] == [1, 2]
+    for p in points:
+        assert p["episodes"] == 8 and p["episodes_played"] == 16
+        assert p["frac_reward_zero_std"] <= p["frac_reward_zero_std_sampled"]
+        assert p["groups_replaced"] == round((p["frac_reward_zero_std_sampled"] - p["frac_reward_zero_std"]) * 2)
+    played = [json.loads(line) for line in (tmp_path / "episodes.rank0.jsonl").read_text().splitlines()]
+    assert len(played) == 16 and all(e["row"] == e["episode"]["seed"] for e in played)
+    spares = {e["row"] for e in played if e["row"] >= 16}  # the dataset holds 2 steps x 8 rows
+    assert spares <= set(range(16, 16 + 2 * 2)) and sum(p["groups_replaced"] for p in points) == len(spares)
+    with pytest.raises(SystemExit):
+        grpo.main(["--smoke", "--spare_groups", "-1"])

@@ -60,6 +60,11 @@ class GRPOScriptArguments(GameArguments):
                 "function, minus the episode's refused actions, weighted by this against the environment's "
                 "reward (TRL's reward_weights [1, W]); 0 for none. The curves and evaluations report the "
                 "environment's reward alone"})
+    spare_groups: int = field(default=0, metadata={
+        "help": "groups played per step beside the step's own, on fresh train rows, to stand in for groups whose "
+                "episodes all scored the same (no group-relative signal): DAPO's dynamic sampling without a second "
+                "round of generation. Each process plays its own spares in the same batch as its groups; a "
+                "zero-variance group is replaced by the next spare that has variance (0 = none)"})
     time_budget_s: float = field(default=0.0, metadata={
         "help": "stop training at the end of the step after which another step would pass this many seconds since "
                 "the run began (a lease on a lent machine); the final policy is saved as usual and the curve records "
@@ -75,6 +80,8 @@ class GRPOScriptArguments(GameArguments):
         check_precision(self.precision)
         if not self.time_budget_s >= 0:
             raise ValueError(f"--time_budget_s must be 0 (none) or more, got {self.time_budget_s}")
+        if self.spare_groups < 0:
+            raise ValueError(f"--spare_groups must be 0 or more, got {self.spare_groups}")
         if not self.refusal_weight >= 0:  # also refuses NaN
             raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
                              f"{self.refusal_weight}")
@@ -109,8 +116,11 @@ class EpisodeRollouts:
     stats. A dataset row's prompt is the index of its episode in ``episodes`` (typed records, made
     by the game's adapter)."""
 
-    def __init__(self, script: "GRPOScriptArguments", cfg: GRPOConfig, game, episodes: list, opponent=None):
+    def __init__(self, script: "GRPOScriptArguments", cfg: GRPOConfig, game, episodes: list, opponent=None,
+                 spares: list | None = None):
         self.script, self.cfg, self.game, self.episodes, self.opponent = script, cfg, game, episodes, opponent
+        self.spares = spares or []  # --spare_groups: fresh train rows, row len(episodes) + j is spares[j]
+        self.spares_used = 0  # spare rows this process has drawn so far (it draws every num_processes-th)
         self.backend = self.agent = None
         self.steps: list[dict] = []
 
@@ -131,25 +141,36 @@ class EpisodeRollouts:
         agent = self._policy(trainer)
         was_training = agent.backend.model.training
         agent.backend.model.eval()
+        acc = trainer.accelerator
+        rows = [int(p) for p in prompts]
+        spare_rows = self._draw_spares(acc.process_index, acc.num_processes)
         try:
             with _without_autocast(agent.backend.model):
-                records = self.game.play(agent, [self.episodes[int(p)] for p in prompts], self.opponent)
+                played_all = self.game.play(agent, [self._episode(r) for r in rows + spare_rows], self.opponent)
         finally:
             agent.backend.model.train(was_training)
+        records, sampled_zero = list(played_all[:len(rows)]), None
+        if spare_rows:
+            records, rows, sampled_zero = replace_flat_groups(rows, records, spare_rows, played_all[len(rows):],
+                                                              self.cfg.num_generations)
         self.last_records = records
         step = trainer.state.global_step + 1
-        acc = trainer.accelerator
         if self.script.episode_log:
             with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:
-                for p in prompts:
-                    f.write(json.dumps({"step": step, "process": acc.process_index, "row": int(p),
-                                        "episode": asdict(self.episodes[int(p)])}) + "\n")
+                for r in rows:
+                    f.write(json.dumps({"step": step, "process": acc.process_index, "row": r,
+                                        "episode": asdict(self._episode(r))}) + "\n")
         # the curve covers every process's episodes (gathered), grouped by dataset row wherever played
-        mine = [{"row": int(p), "reward": r.reward, "metrics": r.metrics} for p, r in zip(prompts, records)]
+        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics} for r, rec in zip(rows, records)]
         everyone = gather_object(mine) if acc.num_processes > 1 else mine
         played = [SimpleNamespace(reward=e["reward"], metrics=e["metrics"]) for e in everyone]
-        self.steps.append({**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
-                           **self.game.step_stats(played), "processes": acc.num_processes})
+        point = {**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
+                 **self.game.step_stats(played), "processes": acc.num_processes}
+        if spare_rows:  # what was played before the flat groups were replaced (this process's share)
+            point.update({"episodes_played": len(played_all) * acc.num_processes,
+                          "frac_reward_zero_std_sampled": sampled_zero["frac_zero_std"],
+                          "groups_replaced": sampled_zero["replaced"]})
+        self.steps.append(point)
         limit = self.cfg.max_completion_length
         out = {
             "prompt_ids": [r.prompt_ids for r in records],
@@ -161,6 +182,55 @@ class EpisodeRollouts:
         if self.script.refusal_weight:  # TRL hands each extra field to the reward functions by name
             out["refused"] = [r.metrics["invalid"] for r in records]
         return out
+
+
+    def _episode(self, row: int):
+        n = len(self.episodes)
+        return self.episodes[row] if row < n else self.spares[row - n]
+
+    def _draw_spares(self, process: int, processes: int) -> list[int]:
+        """This step's spare rows, each repeated num_generations times: process p takes spare rows p, p + P, ...
+        (P processes), so no two processes play the same spare."""
+        g, n = self.cfg.num_generations, len(self.episodes)
+        out = []
+        for _ in range(self.script.spare_groups):
+            j = process + processes * self.spares_used
+            if j >= len(self.spares):
+                break  # the pool is sized for max_steps; a longer run plays without spares
+            self.spares_used += 1
+            out += [n + j] * g
+        return out
+
+
+def replace_flat_groups(rows: list[int], records: list, spare_rows: list[int], spare_records: list,
+                        group: int) -> tuple[list, list[int], dict]:
+    """DAPO-style dynamic sampling in one round: each group of ``rows`` (``group`` consecutive equal rows, as TRL
+    repeats a prompt) whose rewards are all equal is replaced, in place, by the next spare group whose rewards
+    differ. A group split with another process (fewer than ``group`` rows here) is left alone. Returns the
+    records and rows to train on, and the sampled batch's share of flat groups and how many were replaced."""
+    records, rows = list(records), list(rows)
+
+    def groups(keys):
+        out: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            out.setdefault(k, []).append(i)
+        return [ix for ix in out.values() if len(ix) == group]
+
+    def flat(recs, ix):
+        return max(recs[i].reward for i in ix) == min(recs[i].reward for i in ix)
+
+    mine = groups(rows)
+    flat_groups = [ix for ix in mine if flat(records, ix)]
+    useful = iter([ix for ix in groups(spare_rows) if not flat(spare_records, ix)])
+    replaced = 0
+    for ix in flat_groups:
+        sx = next(useful, None)
+        if sx is None:
+            break
+        for i, j in zip(ix, sx):
+            records[i], rows[i] = spare_records[j], spare_rows[j]
+        replaced += 1
+    return records, rows, {"frac_zero_std": len(flat_groups) / len(mine) if mine else 0.0, "replaced": replaced}
 
 
 @contextmanager
@@ -270,7 +340,10 @@ def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, de
     rows = cfg.max_steps * cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps * \
         PartialState().num_processes
     run.dataset = Dataset.from_dict({"prompt": [str(i) for i in range(rows)]})
-    run.rollouts = EpisodeRollouts(script, cfg, run.game, run.game.rows(rows), opponent)
+    # --spare_groups: fresh train rows after the dataset's, enough for every step of every process
+    spare = cfg.max_steps * script.spare_groups * PartialState().num_processes
+    pool = run.game.rows(rows + spare)
+    run.rollouts = EpisodeRollouts(script, cfg, run.game, pool[:rows], opponent, spares=pool[rows:])
     return run
 
 
