@@ -165,14 +165,13 @@ def _backend(path: str | None = None):
     path = path or model_path()
     if path not in _loaded:
         from training.engine.backends import SamplingConfig  # noqa: PLC0415
-        from training.engine.choice import generation_backend  # noqa: PLC0415
-        from training.engine.models import load_model  # noqa: PLC0415
+        from training.engine.choice import checkpoint_backend  # noqa: PLC0415
 
-        model, tokenizer = load_model(path, merge=True)  # it only generates: an adapter folded in
         # Greedy, as the headline evaluation rows (artifacts/eval_results.json, "sampling"): the Space
         # plays the model that was evaluated, and a game replays from its seed.
-        # One reply at a time: the engine measured fastest at batch 1 among those writing transformers' tokens.
-        _loaded[path] = generation_backend(model, tokenizer, SamplingConfig(temperature=0.0), batch=1)
+        # One reply at a time: the engine measured fastest at batch 1 among those writing transformers' tokens;
+        # a restart finds the engine's export of these files and skips loading them into transformers.
+        _loaded[path] = checkpoint_backend(path, SamplingConfig(temperature=0.0), batch=1)
     return _loaded[path]
 
 

@@ -230,3 +230,40 @@ def test_batched_rows_are_written_together_and_each_keeps_its_conversation(tiny)
     fresh = LlamaCppBackend(model, tok, GREEDY, "float32", slots=8, batched=True)
     assert [c.ids for c in fresh.generate_ids(contexts, 24, stop)] == [r.ids for r in replies]
     assert all(len(c.ids) for c in again)
+
+
+def test_a_checkpoint_exported_once_opens_from_its_export_without_loading_it(tmp_path, monkeypatch):
+    """checkpoint_backend (the Space's seat): the first open of a checkpoint loads it, exports it and records the
+    export under a key of its files; the next open finds that export and never loads the weights into transformers,
+    and writes the same greedy tokens. A changed weights file is another key: loaded and exported again."""
+    pytest.importorskip("llama_cpp")
+    import shutil
+    from pathlib import Path
+
+    from training.engine import choice, llamacpp, models
+    src = Path(__file__).resolve().parent.parent / "artifacts" / "checkpoints" / "grpo-tiny"
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(src, ckpt)
+    monkeypatch.setattr(llamacpp, "CACHE", tmp_path / "gguf")
+    loads = []
+    real_load = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    first = choice.checkpoint_backend(str(ckpt), GREEDY, engine="llamacpp")
+    assert loads == [str(ckpt)] and first.model is not None
+    contexts = game_contexts(first.tokenizer, "bargain", 4)
+    stop = [first.tokenizer.eos_token_id]
+    want = [c.ids for c in first.generate_ids(contexts, 16, stop)]
+    again = choice.checkpoint_backend(str(ckpt), GREEDY, engine="llamacpp")
+    assert loads == [str(ckpt)], "opened from the recorded export"
+    assert again.model is None and again.path == first.path
+    assert [c.ids for c in again.generate_ids(contexts, 16, stop)] == want
+    with pytest.raises(ValueError, match="no weights to re-export"):
+        again.refresh()
+    weights = ckpt / "model.safetensors"
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(weights)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1.0
+    save_file(tensors, weights)
+    changed = choice.checkpoint_backend(str(ckpt), GREEDY, engine="llamacpp")
+    assert loads == [str(ckpt)] * 2 and changed.path != first.path

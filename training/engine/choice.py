@@ -85,3 +85,33 @@ def generation_backend(model, tokenizer, sampling=None, engine: str = "auto", ba
         except EngineUnavailable as exc:
             log.warning("generating with transformers: %s", exc)
     return TransformersBackend(model, tokenizer, sampling)
+
+
+def checkpoint_backend(name: str, sampling=None, engine: str = "auto", batch: int = 1):
+    """``generation_backend`` for the checkpoint ``name`` (a folder, an adapter over its base, or a model name),
+    merged for generation. Where the engine chosen is llama.cpp and this checkpoint's files were exported before,
+    the backend opens that GGUF with the tokenizer alone: no transformers load, no LoRA merge (seconds a start)."""
+    from training.engine.models import checkpoint_key, load_model, load_tokenizer  # noqa: PLC0415
+
+    engine = os.environ.get(ENV_VAR) or engine
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    spec = measured_engine(batch) if engine == "auto" else {"engine": engine}
+    key = checkpoint_key(name) if spec["engine"] == "llamacpp" else None
+    precision = spec.get("compute_type", "float32")
+    if key:
+        from training.engine.export import EngineUnavailable  # noqa: PLC0415
+        try:
+            from training.engine.llamacpp import LlamaCppBackend, recorded_export  # noqa: PLC0415
+            gguf = recorded_export(key, precision)
+            if gguf is not None:
+                return LlamaCppBackend(None, load_tokenizer(name), sampling, precision, spec.get("threads", 0),
+                                       slots=min(max(4, batch), 32), batched=spec.get("batched", False), gguf=gguf)
+        except EngineUnavailable as exc:
+            log.warning("generating with transformers: %s", exc)
+    model, tokenizer = load_model(name, merge=True)  # it only generates: an adapter folded in
+    backend = generation_backend(model, tokenizer, sampling, engine, batch)
+    if key and getattr(backend, "kind", "") == "llamacpp":
+        from training.engine.llamacpp import record_export  # noqa: PLC0415
+        record_export(key, backend.path, precision)
+    return backend

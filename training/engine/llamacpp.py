@@ -112,6 +112,27 @@ def export(model, tokenizer, precision: str = "float32", cache: Path | None = No
     return path
 
 
+def recorded_export(key: str, precision: str = "float32", cache: Path | None = None) -> Path | None:
+    """The GGUF exported earlier for the checkpoint whose files have ``key`` (``models.checkpoint_key``), if any:
+    a model seat opens it without loading the checkpoint into transformers first."""
+    record = Path(cache or CACHE) / "by-checkpoint" / f"{key[:32]}-{OUTTYPES[precision]}.txt"
+    try:
+        path = Path(cache or CACHE) / record.read_text().strip()
+    except OSError:
+        return None
+    return path if path.is_file() else None
+
+
+def record_export(key: str, path: Path, precision: str = "float32", cache: Path | None = None) -> None:
+    """Remember that the checkpoint whose files have ``key`` exports to ``path`` (``recorded_export``)."""
+    cache = Path(cache or CACHE)
+    folder = cache / "by-checkpoint"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{key[:32]}-{os.getpid()}-{threading.get_ident()}.tmp"
+    tmp.write_text(str(Path(path).relative_to(cache)))
+    os.replace(tmp, folder / f"{key[:32]}-{OUTTYPES[precision]}.txt")
+
+
 class LlamaCppBackend:
     """``generate_ids`` on a llama.cpp context of the model's weights (exported on construction).
 
@@ -127,17 +148,21 @@ class LlamaCppBackend:
     listener = None  # ``listener(row, token_id)``: hears every token when a call passes no ``on_token`` (streaming)
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig | None = None, precision: str = "float32",
-                 threads: int = 0, cache: Path | None = None, slots: int = 4, context: int = 0, batched: bool = False):
+                 threads: int = 0, cache: Path | None = None, slots: int = 4, context: int = 0, batched: bool = False,
+                 gguf: Path | None = None):
         self._lib = _llama_cpp()  # a missing engine fails here, before any export
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
+        if model is None and gguf is None:
+            raise ValueError("LlamaCppBackend needs the model (to export) or a GGUF file")
         self.tokenizer, self.sampling, self.precision = tokenizer, sampling or SamplingConfig(), precision
         self._warpers = logits_warpers(self.sampling)
-        self.model = model  # transformers' copy: the context length, and what an RL trainer updates
+        self.model = model  # transformers' copy (None when opened from a GGUF): what an RL trainer updates
         self.threads = threads or os.cpu_count() or 1
         self.slots, self.batched = slots, batched
-        self.context = context or min(getattr(model.config, "max_position_embeddings", 4096) or 4096, 4096)
-        self.path = export(model, tokenizer, precision, cache)
+        self.context = context or (min(getattr(model.config, "max_position_embeddings", 4096) or 4096, 4096)
+                                   if model is not None else 0)  # from a GGUF: its trained context, read on opening
+        self.path = Path(gguf) if gguf is not None else export(model, tokenizer, precision, cache)
         self._open()
         self.calls = 0
         self.prefilled = 0  # prompt tokens fed (the rest came from a sequence's kept state)
@@ -147,6 +172,8 @@ class LlamaCppBackend:
         self._model = lib.llama_model_load_from_file(str(self.path).encode(), lib.llama_model_default_params())
         if not self._model:
             raise EngineUnavailable(f"llama.cpp could not load {self.path}; use the transformers backend")
+        if not self.context:
+            self.context = min(lib.llama_model_n_ctx_train(self._model) or 4096, 4096)
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_seq_max = self.context * self.slots, self.slots
         params.n_batch = params.n_ubatch = BATCH_TOKENS
@@ -169,6 +196,8 @@ class LlamaCppBackend:
 
     def refresh(self) -> bool:
         """Re-export when the model's weights changed (after a training step); True when they had."""
+        if self.model is None:
+            raise ValueError("a backend opened from a GGUF file has no weights to re-export")
         path = export(self.model, self.tokenizer, self.precision, self.path.parent.parent)
         if path == self.path:
             return False

@@ -14,6 +14,7 @@ loads anything else, a LoRA adapter folder included.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -175,11 +176,7 @@ def _load_model(name: str, device: str | None, dtype: str, trainable: bool, merg
     path = resolve_model_path(name)
     adapter = Path(path, "adapter_config.json")
     base = json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
-    tokenizer = AutoTokenizer.from_pretrained(path if Path(path, "tokenizer_config.json").is_file()
-                                              else resolve_model_path(base))  # an adapter shipped without one
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = _tokenizer(AutoTokenizer, path, base)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base), dtype=torch_dtype)
@@ -191,6 +188,61 @@ def _load_model(name: str, device: str | None, dtype: str, trainable: bool, merg
     model = model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def _tokenizer(auto, path: str, base: str):
+    tokenizer = auto.from_pretrained(path if Path(path, "tokenizer_config.json").is_file()
+                                     else resolve_model_path(base))  # an adapter shipped without one
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_tokenizer(name: str):
+    """The tokenizer ``load_model`` gives with the model (left padding, a pad token), without loading weights."""
+    from transformers.models.auto.tokenization_auto import AutoTokenizer  # noqa: PLC0415
+
+    path = resolve_model_path(name)
+    adapter = Path(path, "adapter_config.json")
+    base = json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
+    with _LOAD_LOCK:
+        return _tokenizer(AutoTokenizer, path, base)
+
+
+BIG_FILE = 64 << 20  # checkpoint_key: files above this are keyed by size and modification time, not read
+
+
+def _loaded_file(name: str) -> bool:
+    """Whether transformers or PEFT reads this file of a checkpoint folder (weights, configs, tokenizer), not a card,
+    a lineage or a README."""
+    return name.endswith((".safetensors", ".bin", ".model", ".jinja", ".txt")) or name.startswith(
+        ("tokenizer", "vocab", "special_tokens")) or name in ("config.json", "adapter_config.json",
+                                                             "generation_config.json")
+
+
+def checkpoint_key(name: str) -> str | None:
+    """A key of what ``load_model(name)`` would load, read from the files and never from loaded weights: the files
+    of the folder and, for an adapter, of its base folder (their contents; a file over 64 MiB, a base's weights, by
+    size and modification time). None for a model that is not a folder here (a Hub id): no key without files."""
+    path = Path(resolve_model_path(name))
+    if not path.is_dir():
+        return None
+    folders = [path]
+    adapter = path / "adapter_config.json"
+    if adapter.is_file():
+        base = Path(resolve_model_path(json.loads(adapter.read_text())["base_model_name_or_path"]))
+        if not base.is_dir():
+            return None
+        folders.append(base)
+    digest = hashlib.sha256()
+    for folder in folders:
+        for f in sorted(q for q in folder.iterdir() if q.is_file() and _loaded_file(q.name)):
+            st = f.stat()
+            digest.update(f"{f.relative_to(folder)}\0{st.st_size}\0".encode())
+            digest.update(f"{st.st_mtime_ns}".encode() if st.st_size > BIG_FILE else f.read_bytes())
+        digest.update(b"\1")
+    return digest.hexdigest()
 
 
 def save_adapter_base(folder: str | os.PathLike, base: str) -> None:
