@@ -41,6 +41,7 @@ from space.api import (  # noqa: F401
     start_game,
 )
 from space.ui import (  # noqa: F401
+    CSS,
     api_entry,
     api_example,
     before_after_buyers,
@@ -93,7 +94,7 @@ def launch(**kwargs):
     # live games reads the real peer, and the forwarded address only from the proxies space/sessions.py
     # trusts ($HAGGLE_TRUSTED_PROXIES; the Space's own proxy on Hugging Face)
     os.environ.setdefault("FORWARDED_ALLOW_IPS", "")
-    served = demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], prevent_thread_lock=True, **kwargs)
+    served = demo.launch(mcp_server=mcp, allowed_paths=[str(F.ARTIFACTS)], prevent_thread_lock=True, css=CSS, **kwargs)
     warm_up()  # once the page is served: its model loading would hold the interpreter while the server starts
     if block:
         demo.block_thread()

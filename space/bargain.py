@@ -13,6 +13,7 @@ game is shown, both sides' reasoning included.
 
 from __future__ import annotations
 
+import html
 import queue
 import secrets
 import threading
@@ -27,7 +28,7 @@ from env.bargain.protocol import BUY, DEAL, MAX_TALK_CHARS, QUIT, REJECT, SELL, 
     parse_reply, split_private
 from env.bargain.rules import BUYER, OTHER, SELLER, bargained_ratio
 from env.bargain.sources import Scenario
-from space.sessions import GameError, Session, SessionStore, as_game_error
+from space.sessions import GameError, MoveRefused, Session, SessionStore, as_game_error
 
 HUMAN = "human"
 MODEL = "model"
@@ -206,27 +207,27 @@ def human_reply(role: str, their_offer: float | None, action: str, price, talk: 
     breaks the rules (an offer over the budget, below the cost) is played and scored like any
     agent's."""
     if action not in HUMAN_ACTIONS:
-        raise GameError(f"action must be one of {', '.join(HUMAN_ACTIONS)}; got {str(action)[:40]!r}")
+        raise MoveRefused(f"action must be one of {', '.join(HUMAN_ACTIONS)}; got {str(action)[:40]!r}")
     talk = "" if talk is None else talk
     if not isinstance(talk, str):
-        raise GameError("talk must be text")
+        raise MoveRefused("talk must be text")
     if len(talk) > MAX_TALK_CHARS:
-        raise GameError(f"message too long: {len(talk):,} characters, at most {MAX_TALK_CHARS:,}")
+        raise MoveRefused(f"message too long: {len(talk):,} characters, at most {MAX_TALK_CHARS:,}")
     talk = " ".join(talk.split())
     if action == "offer":
         if isinstance(price, bool) or not isinstance(price, (int, float)) or not 0 < price < 1e9 or price != price:
-            raise GameError(f"an offer needs a positive price in dollars; got {price!r}")
+            raise MoveRefused(f"an offer needs a positive price in dollars; got {price!r}")
         move = Action(BUY if role == BUYER else SELL, round(float(price), 2))
     elif action == "accept":
         if their_offer is None:
-            raise GameError(f"there is no {OTHER[role]} offer to accept yet")
+            raise MoveRefused(f"there is no {OTHER[role]} offer to accept yet")
         move = Action(DEAL, their_offer)
     else:
         move = Action(REJECT if action == "reject" else QUIT)
     text = compose_reply("", talk or "", move, mode)
     parsed = parse_reply(text)
     if not parsed.ok:
-        raise GameError(f"your message could not be read ({parsed.error}: {parsed.detail}); "
+        raise MoveRefused(f"your message could not be read ({parsed.error}: {parsed.detail}); "
                         "leave the action and the price to the controls, not the message")
     return text
 
@@ -273,19 +274,25 @@ def full_messages(env: BargainEnv) -> list[dict]:
     return turn_messages(env.transcript()["turns"])
 
 
+def as_text(text: str) -> str:
+    """A player's words as the page shows them: text, never markup (``<b>`` or ``<img ...>`` typed by a person or
+    written by a model is shown as typed, not rendered)."""
+    return html.escape(text or "", quote=False)
+
+
 def turn_messages(turns: list[dict]) -> list[dict]:
     """Transcript turns (live or stored) as chat messages, private reasoning collapsible."""
     out = []
     for turn in turns:
         role = turn["role"]
         if turn.get("thought"):
-            out.append({"role": _chat_role(role), "content": turn["thought"],
+            out.append({"role": _chat_role(role), "content": as_text(turn["thought"]),
                         "metadata": {"title": f"{role}'s private reasoning (never shown to the {OTHER[role]})"}})
         if turn.get("action"):
             action = f"`{turn['action']}`" + (f" — invalid: {turn['error']}" if turn.get("error") else "")
         else:
             action = f"format error: {turn.get('error')} (ends the game for the buyer; a seller's counts as [REJECT])"
-        out.append({"role": _chat_role(role), "content": f"**{role}**: {turn['talk']}\n\n{action}"})
+        out.append({"role": _chat_role(role), "content": f"**{role}**: {as_text(turn['talk'])}\n\n{action}"})
     return out
 
 
@@ -304,15 +311,17 @@ def role_messages(env: BargainEnv, role: str) -> list[dict]:
     refused = iter([e for e in env.log if e["role"] == SELLER and e["error"]])
     for msg in env.observe(role).history:
         note = f"\n\n*({msg.note})*" if msg.note else ""
+        talk = msg.talk
         if msg.note and msg.role == SELLER and role == SELLER:
             entry = next(refused, None)
             if entry is not None:
                 offered = f" ({entry['action'].render()})" if entry.get("action") else ""
                 why = REFUSED.get(entry["error"], f"it could not be read ({entry['error']})")
                 note = (f"\n\n**Your move{offered} was refused: {why}** (cost {format_price(env.scenario.cost)}). "
-                        f"It counts as [REJECT].")
-        out.append({"role": _chat_role(msg.role), "content": f"**{msg.role}**: {msg.talk}\n\n`{msg.action.render()}`"
-                    + note})
+                        f"It counts as [REJECT]; the buyer was not told what you said.")
+                talk = entry.get("talk") or talk  # the seller's own words stay in its view
+        out.append({"role": _chat_role(msg.role), "content": f"**{msg.role}**: {as_text(talk)}\n\n"
+                    f"`{msg.action.render()}`" + note})
     return out
 
 

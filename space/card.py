@@ -124,6 +124,7 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
         lines.append(f"- Evaluation (`{f['eval_file']}`, policy `{f['eval_policy']}`, held-out seeds): " + ("; ".join(
             f"{m['task']} {m['reward_mean']:+.3f} {F.ci_text(m)} over {m['episodes']} episodes, invalid actions "
             f"{m['invalid_rate']:.1%}" for m in f["market_rows"]) or "no rows yet") + ".")
+        lines.append(f"- In words: {F.market_lab_sentence(f['eval_policy'], f['eval_file'])}")
     elif r:
         seller = "seller mix" if f["eval_seller"] == "mix" else f"seller `{f['eval_seller']}`"
         lines.append(f"- Evaluation (`{f['eval_file']}`, row `{f['eval_buyer']}` against {seller}, held-out test split, "

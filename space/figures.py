@@ -22,9 +22,14 @@ EVAL_FILES = ("eval_results.json", "eval_scripted.json")
 TRAINED = ("base", "sft", "grpo", "sdpo")  # canonical names of model buyers (the artifact contract)
 RL_CURVES = {"grpo": "grpo_training_curve.json", "sdpo": "sdpo_training_curve.json",
              "smollm2_grpo": "grpo_smollm2_training_curve.json"}
-SFT_CURVES = {"sft (option_a)": "sft_training_curve.json", "sft (option_b)": "sft_option_b_training_curve.json",
-              "sft SmolLM2 (LoRA)": "sft_smollm2_training_curve.json"}
+SFT_CURVES = {"tiny SFT": "sft_training_curve.json", "tiny SFT (<think> format)": "sft_option_b_training_curve.json",
+              "SmolLM2 SFT (LoRA)": "sft_smollm2_training_curve.json"}
+SFT_COLORS = {"tiny SFT": "#1f77b4", "tiny SFT (<think> format)": "#17becf", "SmolLM2 SFT (LoRA)": "#ff7f0e"}
 RL_COLORS = {"grpo": "#d62728", "sdpo": "#9467bd", "smollm2_grpo": "#ff7f0e"}
+# model families by the prefix of their evaluation names; unprefixed training-stage names are the tiny model's
+FAMILIES = (("smollm2_market_", "SmolLM2"), ("smollm2_", "SmolLM2"), ("tiny_", "tiny"))
+STAGES = {"base": "untrained", "sft": "SFT", "grpo": "GRPO", "sdpo": "SDPO", "sft_option_b": "SFT (<think> format)"}
+LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "font": {"size": 11}}
 RL_METRICS = {"reward_mean": "mean reward", "deal_rate": "deal rate", "first_offer_ratio": "first offer / budget",
               "turns_mean": "turns per episode", "format_error_rate": "format-error rate",
               "frac_reward_zero_std": "groups with zero reward spread"}
@@ -100,12 +105,23 @@ def ci_text(row: dict) -> str:
     return f"[{lo:+.3f}, {hi:+.3f}]"
 
 
+def display_name(name: str) -> str:
+    """A player as a visitor reads it: a trained model by family and stage (``smollm2_grpo``: "SmolLM2 GRPO",
+    ``grpo``: "tiny GRPO", the 3.4M-parameter model built here), any other name as it is."""
+    for prefix, family in FAMILIES:
+        if name.startswith(prefix):
+            stage = name[len(prefix):]
+            return f"{family} {STAGES.get(stage, stage)}"
+    return f"tiny {STAGES[name]}" if name in STAGES else name
+
+
 def _label(row: dict) -> str:
+    name = display_name(row["buyer"])
     if row.get("upper_bound"):
-        return f"{row['buyer']} (upper bound)"
+        return f"{name} (upper bound)"
     if row.get("episodes_subset"):  # a slow model evaluated on the first products only: say so
-        return f"{row['buyer']} ({row['episodes']} episodes: first products only)"
-    return row["buyer"]
+        return f"{name} ({row['episodes']} episodes: first products only)"
+    return name
 
 
 def eval_table(name: str, seller: str = "mix") -> list[list]:
@@ -171,13 +187,15 @@ def reward_bars(name: str, seller: str = "mix") -> go.Figure:
                              "array": [r["reward_ci95"][1] - r["reward_mean"] for r in rows],
                              "arrayminus": [r["reward_mean"] - r["reward_ci95"][0] for r in rows],
                              "thickness": 3, "color": "black"})
-    fig.update_layout(title=f"Mean buyer reward vs seller '{seller}' (thin whisker: ±1 std; thick: 95% CI; "
-                            f"red: model buyers)", xaxis_title="reward", height=120 + 28 * len(rows),
-                      showlegend=False, margin={"l": 120})
+    fig.update_layout(title={"text": f"Mean buyer reward vs seller '{seller}'", "y": 0.98, "yanchor": "top"},
+                      xaxis_title="reward (thin whisker: ±1 std; thick: 95% CI; red: model buyers; dashed: the "
+                                  "ceiling, an oracle told the seller's floor)",
+                      height=160 + 28 * len(rows),
+                      showlegend=False, margin={"l": 10, "t": 80}, yaxis={"automargin": True})
     if ceiling:  # the oracle is told the seller's floor: where the best possible buyer sits, not a rival
         fig.add_vline(x=ceiling["reward_mean"], line_dash="dash", line_color="#2ca02c",
-                      annotation_text=f"ceiling (oracle told the floor) {ceiling['reward_mean']:+.3f}",
-                      annotation_position="top left")
+                      annotation_text=f"ceiling {ceiling['reward_mean']:+.3f}", annotation_position="top",
+                      annotation_font_size=10)
     return fig
 
 
@@ -193,8 +211,8 @@ def heatmap(name: str, metric: str = "reward_mean") -> go.Figure:
     text = [["" if v is None else f"{v:+.2f}" if metric == "reward_mean" else f"{v:.2f}" for v in row] for row in z]
     fig = go.Figure(go.Heatmap(z=z, x=sellers, y=buyers, text=text, texttemplate="%{text}", colorscale="RdBu",
                                zmid=0 if metric == "reward_mean" else None, colorbar={"title": metric}))
-    fig.update_layout(title=f"{metric} by buyer and seller ({name})", height=140 + 32 * len(buyers),
-                      margin={"l": 120})
+    fig.update_layout(title=f"{metric} by buyer and seller ({name})", height=160 + 32 * len(buyers),
+                      margin={"l": 10}, yaxis={"automargin": True}, xaxis={"automargin": True, "tickangle": -30})
     return fig
 
 
@@ -206,7 +224,7 @@ def interest_bars(name: str) -> go.Figure:
     fig = go.Figure()
     for kind, color in (("mutual", "#2ca02c"), ("conflicting", "#ff7f0e")):
         parts = [r["by_interest"].get(kind) or {} for r in rows]
-        fig.add_bar(name=f"{kind} interest", x=[r["buyer"] for r in rows], y=[p.get("reward_mean") for p in parts],
+        fig.add_bar(name=f"{kind} interest", x=[_label(r) for r in rows], y=[p.get("reward_mean") for p in parts],
                     marker_color=color,
                     customdata=[[p.get("episodes"), p.get("deal_rate")] for p in parts],
                     hovertemplate="%{x}: %{y:+.3f} (%{customdata[0]} episodes, deal rate %{customdata[1]:.0%})",
@@ -246,7 +264,7 @@ def headline(name: str = "eval_results.json") -> str:
     data = read_artifact(name) or {}
     sampling = data.get("sampling")
     how = (f"\n\nModel buyers above play **{sampling['headline']}** ({sampling['why']}). "
-           + "".join(f"At {o}: " + ", ".join(f"{r['buyer']} {r['reward_mean']:+.3f}" for r in
+           + "".join(f"At {o}: " + ", ".join(f"{display_name(r['buyer'])} {r['reward_mean']:+.3f}" for r in
                                                data.get("rows_other_sampling", [])
                                                if r["seller"] == "mix" and r.get("sampling") == o) + ". "
                      for o in sampling.get("others", []))) if sampling else ""
@@ -273,24 +291,51 @@ def rl_label(algo: str) -> str:
     parts = [f"{'/'.join(map(str, per_step))} episodes/step"] if per_step else []
     if data.get("complete") is False and pts:
         parts.append(f"in progress: step {pts[-1]['step']} of {data.get('max_steps', '?')}")
-    return f"{algo} ({'; '.join(parts)})" if parts else algo
+    name = display_name(algo)
+    return f"{name} ({'; '.join(parts)})" if parts else name
+
+
+def rl_order() -> list[str]:
+    """The RL runs in drawing order: the model seat's run last, so its curve is on top of the others."""
+    seat = seat_buyer()
+    return sorted(RL_CURVES, key=lambda algo: algo == seat)
+
+
+def seat_buyer() -> str | None:
+    """The evaluation name of the model in the model seat (its card's ``eval_buyer``), if it has one."""
+    from space.card import card_facts  # noqa: PLC0415
+    from space.model import model_path  # noqa: PLC0415
+    try:
+        return card_facts(model_path()).get("eval_buyer")
+    except Exception:  # noqa: BLE001  (no seat here: nothing drawn on top)
+        return None
+
+
+def _rl_width(algo: str, seat: str | None, width: float) -> float:
+    return width * 1.6 if algo == seat else width
 
 
 def sft_loss() -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("SFT loss (buyer tokens only)", "token accuracy"))
-    found = False
+    losses = []
     for label, name in SFT_CURVES.items():
         pts = _points(name)
-        found |= bool(pts)
-        steps = [p["step"] for p in pts]
-        fig.add_scatter(x=steps, y=[p.get("loss") for p in pts], name=label, row=1, col=1, mode="lines+markers")
-        fig.add_scatter(x=steps, y=[p.get("mean_token_accuracy") for p in pts], name=f"{label} accuracy",
-                        row=1, col=2, mode="lines+markers", showlegend=False)
-    if not found:
+        if not pts:
+            continue
+        steps, color = [p["step"] for p in pts], SFT_COLORS.get(label, "#444")
+        losses += [p.get("loss") for p in pts]
+        fig.add_scatter(x=steps, y=[p.get("loss") for p in pts], name=label, legendgroup=label, row=1, col=1,
+                        mode="lines+markers", line={"color": color}, marker={"size": 4})
+        fig.add_scatter(x=steps, y=[p.get("mean_token_accuracy") for p in pts], name=label, legendgroup=label,
+                        row=1, col=2, mode="lines+markers", showlegend=False, line={"color": color},
+                        marker={"size": 4})
+    if not fig.data:
         return _empty("SFT", "no SFT curve yet: run python training/sft.py")
-    fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_xaxes(title_text="step")
-    fig.update_layout(height=360, title="Supervised fine-tuning on expert games (every logged step, unsmoothed)")
+    ticks, text = log_ticks([v for v in losses if v is not None])
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=text, title_text="loss (log scale)", row=1, col=1)
+    fig.update_xaxes(title_text="optimizer step", title_font={"size": 11})
+    fig.update_layout(height=400, title="Supervised fine-tuning on expert games (every logged step, unsmoothed)",
+                      legend=LEGEND_BELOW, margin={"b": 110})
     return fig
 
 
@@ -325,8 +370,9 @@ def rl_rewards() -> go.Figure:
     """Per-step mean reward of each RL run (raw, with ±1 std) and its moving average, the expert and the ceiling
     as reference lines, and step 0 (the SFT model RL starts from) marked."""
     fig = go.Figure()
-    for algo, name in RL_CURVES.items():
-        pts = _points(name)
+    seat = seat_buyer()
+    for algo in rl_order():
+        pts = _points(RL_CURVES[algo])
         if not pts:
             continue
         color = RL_COLORS.get(algo, "#444")
@@ -344,7 +390,8 @@ def rl_rewards() -> go.Figure:
                         hovertemplate="step %{x}: %{y:+.3f} (min %{customdata[0]:+.2f}, max %{customdata[1]:+.2f},"
                                       " %{customdata[2]} episodes)")
         fig.add_scatter(x=steps, y=moving_average(mean, window), mode="lines", name=f"{label} moving average "
-                        f"({window} steps)", line={"color": color, "width": 3})
+                        f"({window} steps)" + (": the model seat" if algo == seat else ""),
+                        line={"color": color, "width": _rl_width(algo, seat, 3)})
     if not fig.data:
         return _empty("GRPO / SDPO reward", "no RL curve yet: run python training/grpo.py")
     reference_lines(fig)
@@ -352,7 +399,29 @@ def rl_rewards() -> go.Figure:
                   annotation_position="bottom right")
     fig.update_layout(title="Training reward per step against the live environment (raw points and their moving "
                             "average)", xaxis_title="RL step (0: the SFT model)", yaxis_title="buyer reward",
-                      height=400, legend={"orientation": "h", "y": -0.2})
+                      height=520, legend=LEGEND_BELOW, margin={"b": 170})
+    return fig
+
+
+def rl_reward_compact() -> go.Figure:
+    """The model seat's RL reward per step (raw points and their moving average), for a phone: one run, a short
+    title, no legend."""
+    seat = seat_buyer()
+    algo = seat if seat in RL_CURVES and _points(RL_CURVES[seat]) else next(
+        (a for a in reversed(rl_order()) if _points(RL_CURVES[a])), None)
+    if algo is None:
+        return _empty("RL reward", "no RL curve yet")
+    pts = _points(RL_CURVES[algo])
+    steps, mean = [p["step"] for p in pts], [p["reward_mean"] for p in pts]
+    window, color = smoothing_window(len(pts)), RL_COLORS.get(algo, "#444")
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=mean, mode="markers", marker={"size": 4, "color": color}, opacity=0.5, name="raw")
+    fig.add_scatter(x=steps, y=moving_average(mean, window), mode="lines", line={"color": color, "width": 3},
+                    name=f"{window}-step average")
+    fig.update_layout(title={"text": f"{display_name(algo)}: RL reward per step", "font": {"size": 13}},
+                      xaxis_title="RL step", yaxis_title="buyer reward", showlegend=False, height=320,
+                      margin={"l": 10, "r": 10, "t": 50, "b": 40})
+    fig.update_yaxes(automargin=True)
     return fig
 
 
@@ -361,20 +430,21 @@ def rl_phases() -> go.Figure:
     phases of the paper (anchoring, deadlock, concession, persuasion) show up in these."""
     keys = [k for k in RL_METRICS if k != "reward_mean"]
     fig = make_subplots(rows=2, cols=3, subplot_titles=[RL_METRICS[k] for k in keys] + ["overshoot rate"])
-    found = False
-    for algo, name in RL_CURVES.items():
-        pts = _points(name)
+    found, seat = False, seat_buyer()
+    for algo in rl_order():
+        pts = _points(RL_CURVES[algo])
         found |= bool(pts)
         steps, label = [p["step"] for p in pts], rl_label(algo)
         for i, k in enumerate([*keys, "overshoot_rate"]):
             fig.add_scatter(x=steps, y=[p.get(k) for p in pts], mode="lines+markers", name=label,
                             legendgroup=algo, showlegend=i == 0, row=i // 3 + 1, col=i % 3 + 1,
-                            line={"color": RL_COLORS[algo]})
+                            line={"color": RL_COLORS[algo], "width": _rl_width(algo, seat, 1.5)},
+                            marker={"size": 4})
     if not found:
         return _empty("Behaviour over training", "no RL curve yet")
     fig.update_xaxes(title_text="RL step (episodes per step: see the legend)", title_font={"size": 11})
-    fig.update_layout(title="Behaviour over training: six metrics per RL step (unsmoothed)", height=560,
-                      legend={"orientation": "h", "y": -0.15})
+    fig.update_layout(title="Behaviour over training: six metrics per RL step (unsmoothed)", height=620,
+                      legend=LEGEND_BELOW, margin={"b": 120})
     return fig
 
 
@@ -411,13 +481,15 @@ def dashboard() -> go.Figure:
         pts = _points(name)
         if not pts:
             continue
-        steps = [p["step"] for p in pts]
+        steps, color = [p["step"] for p in pts], SFT_COLORS.get(label, "#444")
         losses += [p.get("loss") for p in pts]
-        fig.add_scatter(x=steps, y=[p.get("loss") for p in pts], name=label, legendgroup=label, row=1, col=1)
+        fig.add_scatter(x=steps, y=[p.get("loss") for p in pts], name=label, legendgroup=label, row=1, col=1,
+                        line={"color": color})
         fig.add_scatter(x=steps, y=[p.get("mean_token_accuracy") for p in pts], name=label, legendgroup=label,
-                        showlegend=False, row=1, col=2)
-    for algo, name in RL_CURVES.items():
-        pts = _points(name)
+                        showlegend=False, row=1, col=2, line={"color": color})
+    seat = seat_buyer()
+    for algo in rl_order():
+        pts = _points(RL_CURVES[algo])
         steps = [p["step"] for p in pts]
         if not pts:
             continue
@@ -429,8 +501,8 @@ def dashboard() -> go.Figure:
             fig.add_scatter(x=steps, y=raw, name=f"{label} (raw)", legendgroup=algo, showlegend=i == 0, opacity=0.4,
                             line={"color": RL_COLORS[algo], "width": 1}, **where)
             fig.add_scatter(x=steps, y=moving_average(raw, window), name=f"{label} ({window}-step average)",
-                            legendgroup=f"{algo}-avg", showlegend=i == 0, line={"color": RL_COLORS[algo], "width": 3},
-                            **where)
+                            legendgroup=f"{algo}-avg", showlegend=i == 0,
+                            line={"color": RL_COLORS[algo], "width": _rl_width(algo, seat, 3)}, **where)
     ticks, text = log_ticks([v for v in losses if v is not None])
     fig.update_yaxes(type="log", tickvals=ticks, ticktext=text, row=1, col=1)
     for k, (_, ytitle) in enumerate(DASHBOARD_PANELS, start=1):
@@ -440,9 +512,9 @@ def dashboard() -> go.Figure:
                          title_font={"size": 11}, row=row, col=col)
     if any(_points(n) for n in RL_CURVES.values()):
         reference_lines(fig, row=1, col=3)
-    fig.update_layout(height=640, title="Training: SFT on expert games (1-2), then RL from the SFT model against the "
+    fig.update_layout(height=720, title="Training: SFT on expert games (1-2), then RL from the SFT model against the "
                                          "live environment (3-6; raw points and their moving average)",
-                      legend={"orientation": "h", "y": -0.15})
+                      legend={**LEGEND_BELOW, "y": -0.12}, margin={"b": 150})
     return fig
 
 
@@ -508,15 +580,23 @@ def before_after_label(g: dict) -> str:
 def before_after_summary(g: dict, buyers: list[str], name: str = BEFORE_AFTER) -> str:
     """Each buyer's reward on the game and its change from the first (untrained) one, with the ceiling."""
     first = g["rewards"][buyers[0]]
-    rows = [f"| {b} | {g['rewards'][b]:+.3f} | {g['rewards'][b] - first:+.3f} | "
-            f"{g['games'][b]['metrics']['end_reason']}"
+    sft = next((b for b in buyers if b == "sft" or b.endswith("_sft")), None)  # the start of RL, where there is one
+    rl = [b for b in buyers[buyers.index(sft) + 1:]] if sft else []
+    rows = [f"| {display_name(b)} | {g['rewards'][b]:+.3f} | "
+            + (f"{g['rewards'][b] - first:+.3f} | " if b != buyers[0] else "| ")
+            + (f"{g['rewards'][b] - g['rewards'][sft]:+.3f} | " if b in rl else "| ")
+            + f"{g['games'][b]['metrics']['end_reason']}"
             + (f" at ${g['games'][b]['metrics']['price']:,.2f}" if g['games'][b]['metrics'].get('price') else "")
             + " |" for b in buyers]
+    rl_head = f"the effect of RL (from {display_name(sft)})" if sft else "the effect of RL"
     return (f"**{before_after_label(g)}**: budget ${g['budget']:,.2f}, seller cost ${g['cost']:,.2f}, list price "
-            f"${g['list_price']:,.2f}.\n\n| buyer | reward | change from {buyers[0]} | ending |\n|---|---|---|---|\n"
+            f"${g['list_price']:,.2f}.\n\n| buyer | reward | change from {display_name(buyers[0])} | {rl_head} | ending |"
+            "\n|---|---|---|---|---|\n"
             + "\n".join(rows)
-            + f"\n| ceiling: the oracle, told the seller's floor | {g['oracle_reward']:+.3f} | | |\n\n"
-            f"Greedy play; from `artifacts/{name}` ({provenance_line(read_artifact(name), name)})")
+            + f"\n| ceiling: the oracle, told the seller's floor | {g['oracle_reward']:+.3f} | | | |\n\n"
+            f"The untrained model's replies cannot be read (reward −1 on every game), so every change from it is "
+            f"large; the RL column compares like with like. Greedy play; from `artifacts/{name}` "
+            f"({provenance_line(read_artifact(name), name)})")
 
 
 def transcript_messages(t: dict) -> list[dict]:
@@ -557,8 +637,8 @@ def market_bars(name: str = MARKET_EVAL) -> go.Figure:
     fig = go.Figure()
     for task in dict.fromkeys(r["task"] for r in rows):
         part = [r for r in rows if r["task"] == task]
-        fig.add_bar(name=task, x=[r["policy"] for r in part], y=[r["reward_mean"] for r in part],
-                    marker_color=task_color(task),
+        fig.add_bar(name=task, x=[display_name(r["policy"]) for r in part], y=[r["reward_mean"] for r in part],
+                    marker_color=task_color(task), **_bar_text([r["reward_mean"] for r in part]),
                     customdata=[[r["episodes"], r["reward_ci95"][0], r["reward_ci95"][1]] for r in part],
                     hovertemplate="%{x}: %{y:+.3f} [%{customdata[1]:+.3f}, %{customdata[2]:+.3f}], "
                                   "%{customdata[0]} episodes",
@@ -568,6 +648,12 @@ def market_bars(name: str = MARKET_EVAL) -> go.Figure:
     fig.update_layout(barmode="group", title=f"GPU market: mean reward of lab 0 per policy and task (95% CI) — {name}",
                       yaxis_title="reward = outcome / total job value", height=420)
     return fig
+
+
+def _bar_text(values: list) -> dict:
+    """Each bar's value printed beside it, so a bar of height 0 (a lab that never acts) is still seen."""
+    return {"text": ["" if v is None else f"{v:+.3f}" for v in values], "textposition": "outside",
+            "textfont": {"size": 10}, "cliponaxis": False}
 
 
 def market_shocks(name: str = MARKET_EVAL) -> go.Figure:
@@ -582,7 +668,7 @@ def market_shocks(name: str = MARKET_EVAL) -> go.Figure:
         part = [r for r in rows if r["task"] == task]
         for col, kind in enumerate(kinds, start=1):
             cells = [r["under_shocks"].get(kind) or {} for r in part]
-            fig.add_bar(name=task, legendgroup=task, showlegend=col == 1, x=[r["policy"] for r in part],
+            fig.add_bar(name=task, legendgroup=task, showlegend=col == 1, x=[display_name(r["policy"]) for r in part],
                         y=[c.get("reward_mean") for c in cells], marker_color=task_color(task),
                         customdata=[c.get("episodes") for c in cells],
                         hovertemplate="%{x}: %{y:+.3f} over %{customdata} games hit<extra>" + task + "</extra>",
@@ -650,7 +736,9 @@ def market_trained_bars(name: str = MARKET_EVAL) -> go.Figure:
                                                 else "") for t, rows in tasks.items()])
     for col, (task, rows) in enumerate(tasks.items(), start=1):
         several = len({r["episodes"] for r in rows}) > 1  # rows on different seed counts: say which is which
-        fig.add_bar(x=[f"{r['policy']} ({r['episodes']} seeds)" if several else r["policy"] for r in rows], y=[r["reward_mean"] for r in rows], showlegend=False,
+        fig.add_bar(x=[f"{display_name(r['policy'])} ({r['episodes']} seeds)" if several else display_name(r["policy"])
+                       for r in rows], y=[r["reward_mean"] for r in rows], showlegend=False,
+                    **_bar_text([r["reward_mean"] for r in rows]),
                     marker_color=["#d62728" if r["policy"] not in POLICIES else "#7f7f7f" for r in rows],
                     customdata=[[r["episodes"], *r["reward_ci95"], r["invalid_rate"]] for r in rows],
                     hovertemplate="%{x}: %{y:+.3f} [%{customdata[1]:+.3f}, %{customdata[2]:+.3f}], %{customdata[0]} "
@@ -665,6 +753,43 @@ def market_trained_bars(name: str = MARKET_EVAL) -> go.Figure:
     return fig
 
 
+ACTIVITY = {"deals_mean": "deals", "pitches_mean": "pitches", "spot_hours_mean": "spot GPU-hours bought",
+            "coalitions_joined_mean": "coalitions joined", "policy_counters_mean": "counter-offers"}
+
+
+def market_lab_sentence(policy: str, name: str = MARKET_EVAL) -> str:
+    """What the trained lab ``policy`` does and how it scores, in one sentence computed from the artifact: per task,
+    its mean reward beside the expert's, the best baseline's (the best scripted policy other than the expert) and
+    idle's on the same held-out seeds, and whether it acts at all."""
+    from env.market import POLICIES  # noqa: PLC0415
+
+    tasks = {t: rows for t, rows in market_same_seeds(name).items() if any(r["policy"] == policy for r in rows)}
+    if not tasks:
+        return f"No evaluation row of the trained lab (`{policy}`) in `artifacts/{name}` yet."
+    mine = {t: next(r for r in rows if r["policy"] == policy) for t, rows in tasks.items()}
+    acts = {t: {k: r.get(k) or 0 for k in ACTIVITY} for t, r in mine.items()}
+    idle_everywhere = all(not any(v for v in a.values()) and not mine[t].get("invalid_rate") for t, a in acts.items())
+    if idle_everywhere:
+        does = (f"The trained lab ({display_name(policy)}) waits at every move: no deal, pitch, spot purchase, "
+                "coalition or counter-offer on any task, so it scores what doing nothing scores")
+    else:
+        per = "; ".join(f"{t}: " + (", ".join(f"{a[k]:.2g} {ACTIVITY[k]}" for k in ACTIVITY if a[k])
+                               or ("no action that went through" if mine[t].get("invalid_rate") else "waits"))
+                        + f", {mine[t].get('invalid_rate', 0):.0%} of its actions refused" for t, a in acts.items())
+        does = f"The trained lab ({display_name(policy)}) per game: {per}"
+    parts = []
+    for t, rows in tasks.items():
+        scripted = {r["policy"]: r for r in rows if r["policy"] in POLICIES}
+        base = max((r for p, r in scripted.items() if p not in ("expert", "idle")), key=lambda r: r["reward_mean"],
+                   default=None)
+        ref = [f"expert {scripted['expert']['reward_mean']:+.3f}"] if "expert" in scripted else []
+        ref += [f"best baseline {base['policy']} {base['reward_mean']:+.3f}"] if base else []
+        ref += [f"idle {scripted['idle']['reward_mean']:+.3f}"] if "idle" in scripted else []
+        parts.append(f"{t} {mine[t]['reward_mean']:+.3f} {ci_text(mine[t])} ({', '.join(ref)}; "
+                     f"{mine[t]['episodes']} held-out seeds)")
+    return does + ". Its reward: " + "; ".join(parts) + "."
+
+
 def market_trained_table(name: str = MARKET_EVAL) -> list[list]:
     """``market_same_seeds`` as table rows (the columns of ``MARKET_COLUMNS``)."""
     return [_market_row(r) for rows in market_same_seeds(name).values() for r in rows]
@@ -672,7 +797,7 @@ def market_trained_table(name: str = MARKET_EVAL) -> list[list]:
 
 def _market_row(r: dict) -> list:
     lo, hi = r["reward_ci95"]
-    return [r["policy"], r["task"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
+    return [display_name(r["policy"]), r["task"], r["episodes"], _f(r["reward_mean"]), f"[{lo:+.3f}, {hi:+.3f}]",
             _f(r["reward_std"], "{:.3f}"), _f(r["job_completion_rate"], "{:.1%}"), _f(r["deal_rate"], "{:.1%}"),
             _f(r["coalition_bought_rate"], "{:.1%}"), _f(r.get("pitch_score_mean"), "{:.2f}"),
             _f(r["invalid_rate"], "{:.1%}")]

@@ -219,8 +219,9 @@ def explain(out: dict) -> str:
 
 
 def _act(a) -> str:
-    if not isinstance(a, dict):
-        return f"`{str(a)[:120]}`"
+    if not isinstance(a, dict):  # a raw reply (an untrained lab's): one line, and nothing that breaks a table cell
+        text = " ".join(str(a).split())[:120].replace("`", "'").replace("|", "/")
+        return f"`{text}`" if text else "*(empty reply)*"
     rest = ", ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in a.items()
                      if k not in ("action", "text"))
     return f"`{a.get('action')}`" + (f" {rest}" if rest else "")
@@ -398,9 +399,12 @@ def before_after_seed(seeds: dict[int, dict[str, dict]]) -> int:
 def stored_game_markdown(game: dict) -> str:
     """One stored game (an evaluation transcript) as the page shows a finished game: lab 0's reward, then the
     rounds, pitches, coalitions and every lab's outcome."""
+    from space import figures as F  # noqa: PLC0415
+
     out = game["outcomes"][0]
     state = from_one({**game, "rounds": TASKS[game["task"]].rounds, "done": True, "labs_info": game["labs"]})
-    return (f"**{game['policy']}** in lab 0: reward **{out['reward']:+.3f}**, {out['jobs_completed']}/{out['jobs']} "
+    return (f"**{F.display_name(game['policy'])}** in lab 0: reward **{out['reward']:+.3f}**, "
+            f"{out['jobs_completed']}/{out['jobs']} "
             f"job(s) done, {out['deals']} deal(s), {out['invalid']} refused action(s).\n\n" + rounds_markdown(state))
 
 

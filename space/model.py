@@ -108,18 +108,27 @@ def headline_checkpoint() -> Path:
     in generalisation study (a) (``eval_generalisation.json``: the other source's test split, e.g. Amazon), that
     one too, so a buyer that breaks on listings from another source does not hold the seat. The tiny GRPO buyer
     when no other scores higher (or none has a row)."""
+    best, best_score = SHIPPED, None
+    for folder, _buyer, _scores, score in seat_scores():
+        if best_score is None or score > best_score or (score == best_score and folder == SHIPPED):
+            best, best_score = folder, score
+    return best
+
+
+def seat_scores() -> list[tuple[Path, str, list[float], float]]:
+    """The candidates for the seat (``headline_checkpoint``'s rule): each shipped buyer's folder, its row name, its
+    seller-mix reward on each product source counted, and their mean."""
     rows, other = _mix_rows(HEADLINE_FILE), _mix_rows(OTHER_SOURCE_FILE, "a_other_source")
     folders = sorted(p for p in CHECKPOINTS.iterdir() if p.is_dir()) if CHECKPOINTS.is_dir() else []
     # a model seller's card (its row is a buyer against it) never sits, nor a buyer without a shared row
     seats = [(folder, card["eval_buyer"]) for folder in folders for card in [_card(folder)]
              if card.get("eval_seller", "mix") == "mix" and card.get("eval_buyer") in rows]
     sources = [rows, other] if seats and all(buyer in other for _, buyer in seats) else [rows]
-    best, best_score = SHIPPED, None
+    out = []
     for folder, buyer in seats:
-        score = sum(source[buyer]["reward_mean"] for source in sources) / len(sources)
-        if best_score is None or score > best_score or (score == best_score and folder == SHIPPED):
-            best, best_score = folder, score
-    return best
+        scores = [source[buyer]["reward_mean"] for source in sources]
+        out.append((folder, buyer, scores, sum(scores) / len(scores)))
+    return out
 
 
 def _mix_rows(name: str, study: str | None = None) -> dict[str, dict]:

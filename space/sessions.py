@@ -65,6 +65,10 @@ class GameError(ValueError):
     """Bad input or an unknown session: the message says what to change."""
 
 
+class MoveRefused(GameError):
+    """A person's move that cannot be played as given (the game goes on: the page shows it as a warning)."""
+
+
 @contextmanager
 def as_game_error():
     """A game's settings refused by ``env`` (``SettingsError``) as the Space's ``GameError``."""

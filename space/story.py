@@ -63,7 +63,7 @@ def sentence(folder: str) -> str:
     trained = [t for t in f["training"] if t.get("command")]
     how = " then ".join(STAGE_WORDS.get(_stage(t), _stage(t)) for t in trained) or "no recorded training"
     where = _hardware(trained[-1].get("machine") if trained else None)
-    text = f"**Did it learn?** **{f['name']}** ({base}; {how} on {where})"
+    text = f"**Did it learn?** **{_seat_name(f)}** ({base}; {how} on {where})"
     row, rows = f["evaluation"], _mix(f["eval_file"])
     if row is None:
         return text + f" has no evaluation row yet (`{f['eval_buyer']}` in `{f['eval_file']}`)."
@@ -74,7 +74,26 @@ def sentence(folder: str) -> str:
         [f"ceiling {oracle['reward_mean']:+.3f}"] if oracle else [])
     text += (f" scores **{row['reward_mean']:+.3f}** {F.ci_text(row)} on held-out products against the seller mix"
              + (f" ({'; '.join(refs)})" if refs else ""))
-    return text + "."
+    return text + "." + (f" {verdict(row, start, expert)}" if expert else "")
+
+
+def verdict(row: dict, start: dict | None, expert: dict) -> str:
+    """The headline's answer in words, read off the 95% CIs: learned (above its untrained start) or not, and where it
+    stands against the rule-based expert (above or under it when its CI lies on one side of the expert's mean,
+    level with it otherwise; "just" within 0.05)."""
+    lo, hi = row["reward_ci95"]
+    gap, e = row["reward_mean"] - expert["reward_mean"], expert["reward_mean"]
+    learned = start is None or lo > start["reward_mean"]
+    near = "just " if abs(gap) < 0.05 else ""
+    where = (f"{near}above the rule-based expert ({gap:+.3f}; its 95% CI lies above the expert's mean)" if lo > e else
+             f"{near}under the rule-based expert ({gap:+.3f}; its 95% CI ends below the expert's mean)" if hi < e else
+             f"level with the rule-based expert ({gap:+.3f}, within its 95% CI)")
+    return (f"**{'Yes' if learned else 'No'}:** {'far above its untrained start, ' if learned else ''}{where}.")
+
+
+def _seat_name(f: dict) -> str:
+    """The seat's model as the charts name it ("SmolLM2 GRPO"), with its folder."""
+    return f"{F.display_name(f['eval_buyer'])} (`{f['name']}`)" if f.get("eval_buyer") else f["name"]
 
 
 def details(folder: str) -> str:
@@ -82,14 +101,38 @@ def details(folder: str) -> str:
     f = card_facts(folder)
     trained = [t for t in f["training"] if t.get("command")]
     hours = sum(t.get("wall_time_s") or 0 for t in trained) / 3600
-    parts = [f"{f['name']} trained by " + ", then ".join(_stage_text(t) for t in trained) + f" ({hours:.1f} h)"] \
+    parts = [f"{_seat_name(f)} trained by " + ", then ".join(_stage_text(t) for t in trained) + f" ({hours:.1f} h)"] \
         if trained else []
     other = _mix(GENERALISATION, "a_other_source")
     if f["eval_buyer"] in other:
         parts.append(f"on products from another source (Amazon) it scores {other[f['eval_buyer']]['reward_mean']:+.3f}"
                      + (f" against the expert's {other['expert']['reward_mean']:+.3f}" if "expert" in other else ""))
     parts.append("the ceiling is a buyer told each seller's floor")
-    return "; ".join(parts) + "."
+    return "; ".join(parts) + ". " + seat_rule()
+
+
+def seat_rule() -> str:
+    """Why this model holds the seat, from the numbers the rule reads (``space.model.seat_scores``)."""
+    from space.model import seat_scores  # noqa: PLC0415
+
+    scores = sorted(seat_scores(), key=lambda c: -c[3])
+    if not scores:
+        return ""
+    both = len(scores[0][2]) > 1
+    each = "; ".join(f"{F.display_name(b)} " + (" and ".join(f"{v:+.3f}" for v in vals) + f" (mean {mean:+.3f})"
+                                                if both else f"{mean:+.3f}") for _, b, vals, mean in scores)
+    return ("The model seat holds the shipped buyer with the best mean reward over "
+            + ("both product sources (builtin test split, then Amazon): " if both else "the builtin test split: ")
+            + each + ". Bars named *tiny* are " + _tiny_words() + "; *SmolLM2* bars are the pretrained "
+            "SmolLM2-135M-Instruct with LoRA adapters.")
+
+
+def _tiny_words() -> str:
+    from space.model import SHIPPED  # noqa: PLC0415
+
+    size = card_facts(SHIPPED).get("parameters") if SHIPPED.is_dir() else None
+    return f"the {millions(size)}-parameter model built and trained from scratch here" if size else \
+        "the small model built and trained from scratch here"
 
 
 def _bars(fig: go.Figure, rows: dict[str, dict], highlight: str) -> None:
@@ -120,7 +163,7 @@ def _trained(buyer: str) -> bool:
 
 
 def _name(r: dict, best: dict | None) -> str:
-    return f"{r['buyer']} (best baseline)" if r is best else r["buyer"]
+    return f"{r['buyer']} (best baseline)" if r is best else F.display_name(r["buyer"])
 
 
 def chart(folder: str, which: str = "builtin") -> go.Figure:

@@ -2,6 +2,7 @@
 what a tab shows, and ``build`` (the page, with every API function as a named endpoint)."""
 
 import functools
+import html
 import json
 import random
 import time
@@ -19,8 +20,8 @@ from space import figures as F
 from space import market as M
 from space import story
 from space.api import API, CHALLENGES, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
-from space.bargain import (HUMAN, HUMAN_ACTIONS, MODEL, GameError, agent_replies, available_sources, choices,
-                           view)
+from space.bargain import (HUMAN, HUMAN_ACTIONS, MODEL, GameError, MoveRefused, agent_replies, as_text,
+                           available_sources, choices, view)
 from space.card import card_facts, model_card
 from space.challenge import NOTICE, REFERENCE
 from space.model import ENV_VAR, market_model_path, model_label, model_path, model_roles
@@ -90,6 +91,12 @@ def _game_outputs(state: dict):
         offer = state.get("their_offer")
         card += f"\n\nYou are the **{you}**. " + (f"Their standing offer: ${offer:,.2f}." if offer else
                                                   "No offer from them yet.")
+        if offer and you == BUYER and offer > state["budget"]:
+            card += (f" **Careful: that ask is above your budget (${state['budget']:,.2f}). Accepting it ends the "
+                     "game with reward −1 (going over budget); offer lower or walk away.**")
+        elif offer and you == SELLER and offer < state["cost"]:
+            card += (f" **Their offer is below your cost (${state['cost']:,.2f}): you cannot accept it (a regulated "
+                     "seller never sells below cost).**")
     if MODEL in (state["buyer"], state["seller"]) and Path(model_path()).is_dir():
         card += ("\n\n<details><summary>What plays as <code>model</code></summary>\n\n"
                  + model_card(model_path(), "The model") + "\n\n</details>")
@@ -98,8 +105,21 @@ def _game_outputs(state: dict):
     if state.get("writing"):  # a model's reply while it is written (only what this viewer may see of it)
         w = state["writing"]
         messages = [*messages, {"role": "user" if w["role"] == BUYER else "assistant",
-                                "content": f"**{w['role']}** (writing…): {w['text']}"}]
+                                "content": f"**{w['role']}** (writing…): {as_text(w['text'])}"}]
     return messages, card, outcome, gr.update(visible=bool(you) and not state["done"])
+
+
+def seed_arg(seed):
+    """The Play tab's seed: empty draws one at random; otherwise a whole number from 0 (typed as text)."""
+    if seed is None or (isinstance(seed, str) and not seed.strip()):
+        return random.randrange(10**6)
+    if isinstance(seed, str):
+        try:
+            return int(seed.strip())
+        except ValueError:
+            raise GameError(f"the seed must be a whole number from 0, or empty for a random game; got {seed[:20]!r}") \
+                from None
+    return seed
 
 
 @gradio_errors
@@ -107,7 +127,7 @@ def ui_start(source, buyer, seller, mode, product, seed, old_session, request: g
     """Start a game and show it reply by reply (agents' replies paced so a person can follow)."""
     if old_session:
         GAMES.end(old_session)
-    seed = random.randrange(10**6) if seed is None else seed
+    seed = seed_arg(seed)
     game = GAMES.add(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=product_arg(product),
                                     seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
                                     reasoning_mode=mode, advance=False), client_of(request))
@@ -120,12 +140,25 @@ def ui_start(source, buyer, seller, mode, product, seed, old_session, request: g
             yield (game.id, *outs, controls if game.env.done or game.human == game.env.to_move else gr.skip())
 
 
+def refused_as_warning(steps, outputs: int):
+    """The states of a person's move; a move that cannot be played as given (``MoveRefused``) becomes a warning in
+    the page and changes nothing shown (the person's words stay in the box to fix), instead of an error."""
+    try:
+        yield from steps
+    except MoveRefused as exc:
+        gr.Warning(str(exc))
+        yield (gr.skip(),) * outputs
+
+
 @gradio_errors
 def ui_send(session, action, price, talk):
     if not session:
         raise GameError("start a game first")
     steps = GAMES.reply_steps(session, action, price if action == "offer" else None, talk, previews=True)
-    for k, state in enumerate(steps):
+    for k, state in enumerate(refused_as_warning(steps, 5)):
+        if isinstance(state, tuple):
+            yield state
+            return
         if k and "writing" not in state:
             time.sleep(PACE_S)
         *outs, controls = _game_outputs(state)
@@ -144,6 +177,16 @@ def leaderboard_rows(role: str) -> list[list]:
              r["ended_at"][:16].replace("T", " ")] for k, r in enumerate(CHALLENGES.board.top(role), start=1)]
 
 
+EMPTY_BOARD = "*No games on this leaderboard yet: finish a challenge to be the first.*"
+
+
+def board_outputs(role: str):
+    """The leaderboard for ``role``, or a line saying it is empty (never a bare header row)."""
+    rows = leaderboard_rows(role)
+    return (gr.update(value=rows, visible=bool(rows)), gr.update(value=narrow_rows(rows, BOARD_NARROW),
+                                                                 visible=bool(rows)), gr.update(visible=not rows))
+
+
 def challenge_result(state: dict) -> str:
     """The end of a challenge game in words: the three scores on the same game, and the visitor's place."""
     c = state.get("challenge")
@@ -159,8 +202,11 @@ def challenge_result(state: dict) -> str:
         verdict = "You out-haggled the model" if you > model else "The model held its own" if you == model else \
             "The model out-haggled you"
         lines = [f"**{verdict}.** Your seller reward **{you:+.3f}** against the model buyer's {model:+.3f} in this "
-                 f"game; the {REFERENCE[SELLER]} scripted seller gets {ref:+.3f} from the model on the same product "
-                 "and seed."]
+                 "game (each side's share of the gap between budget and cost: the leaderboard's margin is yours minus "
+                 f"the model's). Like for like: the {REFERENCE[SELLER]} scripted seller, selling to the same model on "
+                 f"the same product and seed, got seller reward {ref:+.3f}"
+                 + (f", so you did {'better' if you > ref else 'worse'} than it by {abs(you - ref):.3f}." if you != ref
+                    else ", as you did.")]
     lines.append(f"Your game is #{c['place']} of {c['games']} {c['role']} games on the leaderboard.")
     return "\n\n".join(lines)
 
@@ -185,8 +231,9 @@ def ui_challenge_start(role, name, product, old_session, request: gr.Request = N
 def ui_challenge_send(session, action, price, talk):
     if not session:
         raise GameError("start a challenge first")
-    for state in CHALLENGES.reply_steps(session, action, price if action == "offer" else None, talk, previews=True):
-        yield (*_challenge_outputs(state), "")
+    steps = CHALLENGES.reply_steps(session, action, price if action == "offer" else None, talk, previews=True)
+    for state in refused_as_warning(steps, 7):
+        yield state if isinstance(state, tuple) else (*_challenge_outputs(state), "")
 
 
 def _market_outputs(state: dict, chart: bool = True, series: dict | None = None):
@@ -196,9 +243,9 @@ def _market_outputs(state: dict, chart: bool = True, series: dict | None = None)
     if not chart:
         plot = gr.skip()
     elif state["done"] and series:
-        plot = F.market_rounds_chart(series)
-    else:
-        plot = F.market_rounds_chart(None)
+        plot = gr.update(value=F.market_rounds_chart(series), visible=True)
+    else:  # drawn once the game is over: no empty frame before
+        plot = gr.update(value=None, visible=False)
     return M.card_markdown(state), M.rounds_markdown(state), outcome, plot, gr.update(visible=bool(state["you"])
                                                                                      and not state["done"])
 
@@ -265,8 +312,9 @@ def ui_before_after(index):
 
 
 def ui_eval(name: str, seller: str):
-    return (F.reward_bars(name, seller), F.heatmap(name), F.interest_bars(name), F.eval_table(name, seller),
-            F.provenance_line(F.read_artifact(name), name))
+    rows = F.eval_table(name, seller)
+    return (F.reward_bars(name, seller), F.heatmap(name), F.interest_bars(name), rows,
+            F.provenance_line(F.read_artifact(name), name), narrow_rows(rows, EVAL_NARROW))
 
 
 @functools.lru_cache(maxsize=2)
@@ -350,16 +398,33 @@ def _glance_tab() -> None:
                      elem_id="players-table")
 
 
+PLAY_HELP = ("**How to play.** Pick who plays each side: `human` is you, `model` the trained checkpoint, the other "
+             "names scripted players (the Environment tab lists them). Press *Start game*. When it is your turn, "
+             "choose an action (offer a price, accept their standing offer, reject, or walk away), type what you "
+             "want to say if you like, and press *Send*. Your budget (as the buyer) or cost (as the seller) is "
+             "private: the other side never sees it. Two agents can also play each other while you watch.")
+REASONING_LABELS = {"option_a": "Thought: line (what the models learned)", "option_b": "<think> block"}
+TALK_HINT = {BUYER: "e.g. That's more than I hoped to pay.", SELLER: "e.g. I can't go that low, it cost me more."}
+
+
+def talk_hint(buyer: str, seller: str):
+    """The talk box's example line, in the voice of the side the person plays."""
+    return gr.update(placeholder=TALK_HINT[SELLER if seller == HUMAN and buyer != HUMAN else BUYER])
+
+
 def _play_tab() -> None:
     """The "Play" tab."""
+    gr.Markdown(PLAY_HELP, elem_id="play-help")
     session = gr.State("")
     with gr.Row():
         buyer = gr.Dropdown(choices(BUYER, model_roles()), value=HUMAN, label="Buyer", elem_id="play-buyer")
         seller = gr.Dropdown(choices(SELLER, model_roles()), value="neutral", label="Seller", elem_id="play-seller")
-        mode = gr.Dropdown(list(REASONING_MODES), value="option_a", label="Reasoning format")
+        mode = gr.Dropdown([(REASONING_LABELS.get(m, m), m) for m in REASONING_MODES], value="option_a",
+                           label="How agents write their private reasoning", elem_id="play-mode",
+                           info="Only agents reason in private; the trained models learned the Thought line.")
         source = gr.Dropdown(available_sources(), value="builtin", label="Scenarios")
         product = gr.Dropdown(product_choices("builtin"), value=-1, label="Held-out test product")
-        seed = gr.Number(0, precision=0, minimum=0, label="Seed (empty: random)", elem_id="seed",
+        seed = gr.Textbox("", label="Seed (empty: random)", elem_id="seed", placeholder="random",
                          info="A game replays exactly from its seed: the same product draw, the same scripted "
                               "moves and the same model replies (the model plays greedily).")
     start = gr.Button("Start game", variant="primary", elem_id="start-game")
@@ -371,18 +436,20 @@ def _play_tab() -> None:
             action = gr.Radio(list(HUMAN_ACTIONS), value="offer", label="Your action",
                               elem_id="human-action")
             price = gr.Number(None, label="Price ($)", elem_id="human-price")
-        talk = gr.Textbox(label="What you say", placeholder="e.g. That's more than I hoped to pay.",
-                          elem_id="human-talk")
+        talk = gr.Textbox(label="What you say (optional)", placeholder=TALK_HINT[BUYER], elem_id="human-talk")
         send = gr.Button("Send", variant="primary", elem_id="human-send")
     outcome = gr.Markdown(elem_id="game-outcome")
     source.change(lambda src: gr.update(choices=product_choices(src), value=-1), source, product,
                   api_visibility="private")
+    # the hint in the talk box speaks as the side the person plays
+    for side in (buyer, seller):
+        side.change(talk_hint, [buyer, seller], talk, api_visibility="private")
     start.click(ui_start, [source, buyer, seller, mode, product, seed, session],
-                [session, chat, card, outcome, controls], api_visibility="private")
+                [session, chat, card, outcome, controls], api_visibility="private", show_progress="minimal")
     send.click(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
-               api_visibility="private")
+               api_visibility="private", show_progress="minimal")
     talk.submit(ui_send, [session, action, price, talk], [chat, card, outcome, controls, talk],
-                api_visibility="private")
+                api_visibility="private", show_progress="minimal")
 
 
 def _challenge_tab(tab: gr.Tab) -> None:
@@ -409,14 +476,22 @@ def _challenge_tab(tab: gr.Tab) -> None:
     outcome = gr.Markdown(elem_id="ch-outcome")
     result = gr.Markdown(elem_id="ch-result")
     board = gr.Dataframe(headers=LEADERBOARD_HEADERS, label="Leaderboard (widest margin over the model first)",
-                         interactive=False,
-                         wrap=True, elem_id="ch-leaderboard")
-    role.change(leaderboard_rows, role, board, api_visibility="private")
-    tab.select(leaderboard_rows, role, board, api_visibility="private")  # the board is read when the tab opens
+                         interactive=False, wrap=True, elem_id="ch-leaderboard", visible=False, elem_classes=["wide-only"],
+                         column_widths=["7%", "15%", "10%", "9%", "9%", "12%", "18%", "7%", "6%", "7%"])
+    small = gr.Dataframe(headers=[LEADERBOARD_HEADERS[k] for k in BOARD_NARROW], interactive=False, wrap=True,
+                         column_widths=["16%", "34%", "25%", "25%"], elem_id="ch-leaderboard-narrow", visible=False,
+                         elem_classes=["narrow-only"], label="Leaderboard (widest margin over the model first)")
+    empty = gr.Markdown(EMPTY_BOARD, elem_id="ch-leaderboard-empty")
+    boards = [board, small, empty]
+    role.change(board_outputs, role, boards, api_visibility="private")
+    tab.select(board_outputs, role, boards, api_visibility="private")  # the board is read when the tab opens
     outs = [chat, card, outcome, controls, result, board]
-    start.click(ui_challenge_start, [role, name, product, session], [session, *outs], api_visibility="private")
-    send.click(ui_challenge_send, [session, action, price, talk], [*outs, talk], api_visibility="private")
-    talk.submit(ui_challenge_send, [session, action, price, talk], [*outs, talk], api_visibility="private")
+    start.click(ui_challenge_start, [role, name, product, session], [session, *outs], api_visibility="private",
+                show_progress="minimal")
+    send.click(ui_challenge_send, [session, action, price, talk], [*outs, talk], api_visibility="private",
+               show_progress="minimal").then(board_outputs, role, boards, api_visibility="private")
+    talk.submit(ui_challenge_send, [session, action, price, talk], [*outs, talk], api_visibility="private",
+                show_progress="minimal").then(board_outputs, role, boards, api_visibility="private")
 
 
 def _market_tab(demo: gr.Blocks) -> None:
@@ -446,27 +521,35 @@ def _market_tab(demo: gr.Blocks) -> None:
         m_send = gr.Button("Act", variant="primary", elem_id="market-send")
     m_rounds = gr.Markdown(elem_id="market-rounds")
     m_outcome = gr.Markdown(elem_id="market-outcome")
-    m_chart = gr.Plot(label="money and GPU-hours per round", elem_id="market-chart")
+    m_chart = gr.Plot(label="money and GPU-hours per round", elem_id="market-chart", visible=False)
     with gr.Accordion("Reward terms and the action schema", open=False):
         gr.Markdown(M.REWARD_MD + "\n\n**Actions** (one JSON object per step; a reply that is not "
                     "one gets a reason code and the penalty):\n\n" + M.ACTIONS_TABLE)
         gr.JSON(ACTION_SCHEMA, label="ACTION_SCHEMA (env/market/actions.py)")
     gr.Markdown("### Evaluation (`artifacts/eval_market.json`, held-out seeds)")
     m_prov = gr.Markdown()
-    m_bars = gr.Plot(label="reward per policy and task")
-    m_shock = gr.Plot(label="under shocks")
-    m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=100_000,
-                           elem_id="market-table")
+    gr.Markdown(NARROW_NOTE, elem_classes=["narrow-only"])
+    m_bars = gr.Plot(label="reward per policy and task", elem_classes=["wide-only"])
+    with gr.Accordion("Under shocks, and every row", open=False, elem_classes=["wide-only"]):
+        m_shock = gr.Plot(label="under shocks")
+        m_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows", wrap=True,
+                               max_height=100_000, elem_id="market-table")
     m_template.change(ui_market_template, m_template, m_action, api_visibility="private")
     m_start.click(ui_market_start, [m_task, m_policy, m_counter, m_seed, m_session],
-                  [m_session, m_card, m_rounds, m_outcome, m_chart, m_controls], api_visibility="private")
+                  [m_session, m_card, m_rounds, m_outcome, m_chart, m_controls], api_visibility="private",
+                  show_progress="minimal")
     m_send.click(ui_market_send, [m_session, m_action], [m_card, m_rounds, m_outcome, m_chart, m_controls],
-                 api_visibility="private")
+                 api_visibility="private", show_progress="minimal")
     demo.load(ui_market_eval, None, [m_bars, m_shock, m_table, m_prov], api_visibility="private")
     gr.Markdown("### The trained lab beside the scripted policies, on the same held-out seeds")
-    m_trained = gr.Plot(label="trained vs scripted, per task", elem_id="market-trained")
+    lab = market_model_path()
+    policy = card_facts(lab).get("eval_policy") if lab and Path(lab).is_dir() else None
+    if policy:
+        gr.Markdown(F.market_lab_sentence(policy), elem_id="market-lab-sentence")
+    m_trained = gr.Plot(label="trained vs scripted, per task", elem_id="market-trained", elem_classes=["wide-only"])
     m_trained_table = gr.Dataframe(headers=F.MARKET_COLUMNS, interactive=False, label="Rows on the same seeds",
-                                   wrap=True, max_height=100_000, elem_id="market-trained-table")
+                                   wrap=True, max_height=100_000, elem_id="market-trained-table",
+                                   elem_classes=["wide-only"])
     demo.load(lambda: (F.market_trained_bars(), F.market_trained_table()), None, [m_trained, m_trained_table],
               api_visibility="private")
     _market_before_after(demo)
@@ -484,7 +567,7 @@ def _seed_choices(seeds: dict) -> list[tuple[str, int]]:
     for seed, g in seeds.items():
         before, after = M.before_after_pair(g)
         change = g[after]["outcomes"][0]["reward"] - g[before]["outcomes"][0]["reward"]
-        out.append((f"seed {seed} · {after} − {before}: {change:+.3f}", seed))
+        out.append((f"seed {seed} · {F.display_name(after)} − {F.display_name(before)}: {change:+.3f}", seed))
     return out
 
 
@@ -495,7 +578,7 @@ def ui_market_before_after(task: str, seed, slots: list[str]):
     g = games.get(int(seed)) if seed is not None and str(seed) != "" else None
     if not g:
         return ("No stored game for this task and seed.", *[""] * len(slots))
-    rows = "\n".join(f"| {p} | {t['outcomes'][0]['reward']:+.3f} | {t['outcomes'][0]['deals']} | "
+    rows = "\n".join(f"| {F.display_name(p)} | {t['outcomes'][0]['reward']:+.3f} | {t['outcomes'][0]['deals']} | "
                      f"{t['outcomes'][0]['jobs_completed']}/{t['outcomes'][0]['jobs']} | {t['outcomes'][0]['invalid']} |"
                      for p, t in g.items())
     summary = (f"**{task}, held-out seed {seed}**: lab 0's reward under each policy (greedy), the other labs the "
@@ -522,8 +605,11 @@ def _market_before_after(demo: gr.Blocks) -> None:
         seed = gr.Dropdown(_seed_choices(games[first]), value=M.before_after_seed(games[first]),
                            label="Held-out seed", elem_id="market-ba-seed")
     summary = gr.Markdown(elem_id="market-ba-summary")
-    with gr.Row():
-        cols = [gr.Markdown(elem_id=f"market-ba-{k}") for k in range(len(slots))]
+    with gr.Tabs(elem_id="market-ba-tabs"):  # one policy's game at a time, at the page's full width
+        cols = []
+        for k, policy in enumerate(slots):
+            with gr.Tab(F.display_name(policy), id=f"market-ba-tab-{k}"):
+                cols.append(gr.Markdown(elem_id=f"market-ba-{k}"))
     show = functools.partial(ui_market_before_after, slots=slots)
 
     def pick_task(t):
@@ -544,13 +630,16 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
         eval_file = gr.Dropdown(evals, value=evals[0] if evals else None, label="Artifact")
         eval_seller = gr.Dropdown([SELLER_MIX, *ALL_SELLERS], value=SELLER_MIX, label="Seller")
     eval_prov = gr.Markdown()
-    bars = gr.Plot(label="reward per buyer")
-    heat = gr.Plot(label="buyer x seller")
-    interest = gr.Plot(label="mutual vs conflicting interest")
+    bars = gr.Plot(label="reward per buyer", elem_id="eval-bars")
+    gr.Markdown(NARROW_NOTE, elem_classes=["narrow-only"])
+    heat = gr.Plot(label="buyer x seller", elem_id="eval-heat", elem_classes=["wide-only"])
+    interest = gr.Plot(label="mutual vs conflicting interest", elem_id="eval-interest", elem_classes=["wide-only"])
     table = gr.Dataframe(headers=F.TABLE_COLUMNS, interactive=False, label="Rows", wrap=True, max_height=100_000,
                          column_widths=["19%", "5%", "7%", "7%", "12%", "6%", "7%", "8%", "9%", "10%", "10%"],
-                         elem_id="eval-table")
-    outs = [bars, heat, interest, table, eval_prov]
+                         elem_id="eval-table", elem_classes=["wide-only"])
+    small = narrow_table(None, F.TABLE_COLUMNS, EVAL_NARROW, ["40%", "17%", "28%", "15%"], "eval-table-narrow",
+                         label="Rows (key columns)")
+    outs = [bars, heat, interest, table, eval_prov, small]
     gen = F.read_artifact("eval_generalisation.json")
     if gen:
         gr.Markdown("### Generalisation (`artifacts/eval_generalisation.json`, greedy)\n\nThe trained buyers beside "
@@ -559,7 +648,9 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
                     "frozen LLM seller (SmolLM2 taught the seller's side).\n\n" + F.provenance_line(gen, "eval_generalisation.json"))
         gr.Dataframe(F.generalisation_table(), headers=F.GENERALISATION_COLUMNS, interactive=False, wrap=True,
                      max_height=100_000, column_widths=["34%", "14%", "10%", "7%", "7%", "12%", "6%", "5%", "5%"],
-                     elem_id="generalisation-table", label="Rows")
+                     elem_id="generalisation-table", label="Rows", elem_classes=["wide-only"])
+        narrow_table(F.generalisation_table(), F.GENERALISATION_COLUMNS, (0, 1, 4, 5), ["38%", "24%", "15%", "23%"],
+                     "generalisation-table-narrow", label="Rows (key columns)")
     for comp in (eval_file, eval_seller):
         comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
     demo.load(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
@@ -567,15 +658,20 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
 
 def _training_tab() -> None:
     """The "Training" tab."""
-    gr.Plot(F.dashboard(), label="SFT then RL, six panels")
-    gr.Plot(F.sft_loss(), label="SFT")
-    gr.Plot(F.rl_rewards(), label="RL reward")
-    gr.Plot(F.rl_phases(), label="behaviour per RL step")
+    gr.Markdown(NARROW_NOTE, elem_classes=["narrow-only"])
+    gr.Plot(F.rl_reward_compact(), label="RL reward of the model seat", elem_id="training-compact",
+            elem_classes=["narrow-only"])
+    gr.Plot(F.dashboard(), label="SFT then RL, six panels", elem_id="training-dashboard", elem_classes=["wide-only"])
+    gr.Plot(F.sft_loss(), label="SFT", elem_id="training-sft", elem_classes=["wide-only"])
+    gr.Plot(F.rl_rewards(), label="RL reward", elem_id="training-rl", elem_classes=["wide-only"])
+    gr.Plot(F.rl_phases(), label="behaviour per RL step", elem_id="training-phases", elem_classes=["wide-only"])
     gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"], max_height=6000,
-                 column_widths=["12%", "10%", "78%"], elem_id="pipeline-table",
+                 column_widths=["12%", "10%", "78%"], elem_id="pipeline-table", elem_classes=["wide-only"],
                  label="python training/pipeline.py: stages", interactive=False, wrap=True)
+    narrow_table(F.pipeline_table(), ["stage", "wall time (s)", "command"], (0, 2), ["26%", "74%"],
+                 "pipeline-table-narrow", label="python training/pipeline.py: stages")
     gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
-                            [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"]))
+                            [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"] if F.read_artifact(n)))
 
 
 def _before_after_tab(demo: gr.Blocks) -> None:
@@ -591,7 +687,8 @@ def _before_after_tab(demo: gr.Blocks) -> None:
                        label="Held-out game", elem_id="ba-game")
     summary = gr.Markdown(elem_id="ba-summary")
     with gr.Row():
-        chats = [gr.Chatbot(label=b, height=460, autoscroll=False, elem_id=f"ba-chat-{b}") for b in buyers]
+        chats = [gr.Chatbot(label=F.display_name(b), height=460, autoscroll=False, elem_id=f"ba-chat-{b}",
+                            elem_classes=["read-only-chat"]) for b in buyers]
     pick.change(ui_before_after, pick, [*chats, summary], api_visibility="private")
     demo.load(ui_before_after, pick, [*chats, summary], api_visibility="private")
 
@@ -609,18 +706,20 @@ def _environment_tab(env_tab: gr.Tab) -> None:
 
 def _artifacts_tab() -> None:
     """The "Artifacts" tab."""
-    rows = F.list_artifacts()
-    gr.Dataframe([[r["file"], r["bytes"], (r["commit"] or "")[:12], r["date"], r["command"]] for r in rows],
-                 headers=["file", "bytes", "commit", "date", "command"], interactive=False, wrap=True,
-                 max_height=100_000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
-                 elem_id="artifacts-table")
-    # the first file a run produced (one with a provenance record), not a document such as RESULTS.md
-    first = next((r["file"] for r in rows if r["command"]), rows[0]["file"] if rows else None)
+    # files a run produced (with a provenance record) first, so the file shown first is the table's first row
+    rows = sorted(F.list_artifacts(), key=lambda r: not r["command"])
+    first = rows[0]["file"] if rows else None
+    gr.Markdown(f"Every file in `artifacts/` ({len(rows)}): pick one to see how it was made and download it.")
     pick = gr.Dropdown([r["file"] for r in rows], value=first, label="File", elem_id="artifact-pick")
     path, info = ui_artifact(first) if first else (None, None)
     download = gr.File(value=path, label="Download", elem_id="artifact-download")
     meta = gr.JSON(value=info, label="provenance", elem_id="artifact-provenance")
     pick.change(ui_artifact, pick, [download, meta], api_visibility="private")
+    with gr.Accordion(f"All {len(rows)} files (size, commit, date, command)", open=False):
+        gr.Dataframe([[r["file"], r["bytes"], (r["commit"] or "")[:12], r["date"], r["command"]] for r in rows],
+                     headers=["file", "bytes", "commit", "date", "command"], interactive=False, wrap=True,
+                     max_height=100_000, column_widths=["22%", "8%", "12%", "14%", "44%"], label="artifacts/",
+                     elem_id="artifacts-table")
 
 
 def api_entry(fn) -> str:
@@ -628,8 +727,8 @@ def api_entry(fn) -> str:
     docstring reading, the one its MCP tools use)."""
     description, params, _ = gr.utils.get_function_description(fn)
     inputs = {name for name, *_ in gr.utils.get_function_params(fn)}  # not Gradio's injected request
-    lines = [f"- **`/{fn.__name__}`**: {description}"]
-    lines += [f"    - `{name}`: {text}" for name, text in params.items() if name in inputs]
+    lines = [f"- **`/{fn.__name__}`**: {html.escape(description, quote=False)}"]  # `<think>` is text, not a tag
+    lines += [f"    - `{name}`: {html.escape(text, quote=False)}" for name, text in params.items() if name in inputs]
     return "\n".join(lines)
 
 
@@ -638,6 +737,37 @@ def _api_tab() -> None:
     gr.Markdown("Every function below is a named endpoint (and an MCP tool, answering in JSON); game endpoints "
                 "take and return a `session_id`, so API clients are isolated from each other and from the page."
                 "\n\n" + "\n".join(api_entry(fn) for fn in API) + "\n\n" + api_example(), elem_id="api-docs")
+
+
+NARROW = "600px"  # below this width (a phone) the page shows simpler views instead of squeezed ones
+
+CSS = f"""
+/* plotly's toolbar would sit over the charts' titles; its actions (zoom, save) are not needed to read them */
+.js-plotly-plot .modebar-container {{ display: none !important; }}
+/* transcripts are read-only: no trash button that would wipe one from the page */
+.gradio-container button[aria-label="Clear"] {{ display: none !important; }}
+.narrow-only {{ display: none !important; }}
+@media (max-width: {NARROW}) {{
+  .wide-only {{ display: none !important; }}
+  .narrow-only {{ display: block !important; }}
+}}
+"""
+def narrow_rows(rows: list[list], keep: tuple[int, ...]) -> list[list]:
+    """The columns ``keep`` (0-based) of a table's rows: what a phone shows of it."""
+    return [[r[k] for k in keep] for r in rows]
+
+
+def narrow_table(rows, headers: list[str], keep: tuple[int, ...], widths: list[str], elem_id: str, **kw):
+    """A phone's view of a table: its key columns at the full width (the whole table is shown on wider screens)."""
+    return gr.Dataframe(narrow_rows(rows, keep) if rows is not None else None, headers=[headers[k] for k in keep],
+                        interactive=False, wrap=True, max_height=100_000, column_widths=widths, elem_id=elem_id,
+                        elem_classes=["narrow-only"], **kw)
+
+
+EVAL_NARROW = (0, 3, 4, 6)  # buyer, reward, 95% CI, deal rate
+BOARD_NARROW = (0, 1, 2, 3)  # place, name, margin, your reward
+NARROW_NOTE = ("*On a narrow screen the many-panel charts are left out; open the page on a wider screen (or rotate the "
+               "phone) to see them.*")
 
 
 def build() -> gr.Blocks:

@@ -78,6 +78,7 @@ def space_url():
     app.warm_up()  # as launch() does: the slow fixed views are built in the background
     demo.queue(default_concurrency_limit=None)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, mcp_server=True)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, mcp_server=True,
+                css=app.CSS)
     yield f"http://127.0.0.1:{port}/"
     demo.close()

@@ -76,7 +76,11 @@ def test_sft_sample_marks_only_the_buyers_replies():
 def test_before_after_and_artifact_views():
     *chats, summary = app.ui_before_after(0)
     assert len(chats) == len(app.before_after_buyers()) >= 2 and all(chats)
-    assert "| base |" in summary and "ceiling: the oracle" in summary and "change from base" in summary
+    assert "| tiny untrained |" in summary and "ceiling: the oracle" in summary
+    assert "change from tiny untrained" in summary and "the effect of RL (from tiny SFT)" in summary
+    g = app.F.before_after_games()[0]
+    row = next(line for line in summary.splitlines() if line.startswith("| tiny GRPO |"))
+    assert f"{g['rewards']['grpo'] - g['rewards']['sft']:+.3f}" in row  # SFT -> RL, like with like
     games = app.F.before_after_games()
     k = next(i for i, g in enumerate(games) if g["interest"] == "conflicting")
     *chats, conflicting = app.ui_before_after(k)
@@ -155,3 +159,29 @@ def test_the_app_benchmark_waits_for_a_busy_start_to_settle():
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_refused_move_in_the_page_is_a_warning_and_the_game_goes_on():
+    """A move the game cannot play (no price for an offer, nothing to accept) changes nothing in the page (every output
+    skipped, the typed words kept) and the person may move again; the API still answers with an error."""
+    *_, (sid, chat, card, outcome, controls) = app.ui_start("builtin", "human", "neutral", "option_a", -1, 4, "")
+    for action, price in (("offer", None), ("offer", -5.0)):
+        frames = list(app.ui_send(sid, action, price, "keep these words"))
+        assert len(frames) == 1 and all(isinstance(x, dict) and x.get("__type__") == "update" and len(x) == 1
+                                        for x in frames[0]), frames
+    *_, (chat, _card, _outcome, _controls, talk) = app.ui_send(sid, "offer", 1.0, "a dollar?")
+    assert talk == "" and chat  # a readable move is played
+    with pytest.raises(Exception, match="an offer needs a positive price"):
+        app.send_reply(sid, "offer", None, "")
+
+
+@pytest.mark.parametrize("typed, seed", [("", None), ("  ", None), ("12", 12), (" 7 ", 7), (3, 3)])
+def test_the_play_tabs_seed_is_random_when_empty_and_a_whole_number_otherwise(typed, seed):
+    from space.ui import seed_arg
+    got = seed_arg(typed)
+    assert got == seed if seed is not None else isinstance(got, int) and 0 <= got < 10**6
+
+
+def test_a_seed_that_is_not_a_number_is_refused_with_the_reason():
+    with pytest.raises(gr.Error, match="the seed must be a whole number"):
+        list(app.ui_start("builtin", "expert", "neutral", "option_a", -1, "seven", ""))

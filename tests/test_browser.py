@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.slow,
 SHOTS = Path(__file__).resolve().parent.parent / "assets" / "screenshots"
 TABS = {"At a glance": 2, "Out-haggle it": 0, "Play": 0, "GPU market": 2, "Evaluation": 3, "Training": 4,
         "Before vs after": 0, "Environment": 0, "Artifacts": 0, "API": 0}  # tab -> plotly figures it must draw
+NARROW_PLOTS = {"GPU market": 0, "Evaluation": 1, "Training": 1}  # at a phone's width: the many-panel charts left out
 # an absolute filesystem path in page text (a checkout's folder, the interpreter's): commands are shown relative
 ABSOLUTE = re.compile(r"(?:^|[\s\"'`(=\[])/(?:home|root|work|tmp|usr|opt|var|mnt|srv|private|Users)/")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -128,8 +129,8 @@ def test_two_visitors_play_separate_games(page, space_url):
     pages = {"first": page, "second": other}
     for pg, seed in ((page, "11"), (other, "12")):
         open_tab(pg, "Play")
-        pg.locator("#seed input").fill(seed)
-        pg.locator("#seed input").press("Tab")
+        pg.locator("#seed textarea").fill(seed)
+        pg.locator("#seed textarea").press("Tab")
         pg.locator("#start-game").click()
         pg.locator("#game-card").get_by_text(f"seed {seed}").wait_for(timeout=30_000)
     for name, pg in pages.items():
@@ -185,8 +186,9 @@ CLIPPED_JS = """(ids) => ids.flatMap(id => {
         return v || h;
     }).map(el => id + ': ' + (el.className || el.tagName));
 })"""
-TABLES = {"At a glance": ["players-table"], "Training": ["pipeline-table"], "Artifacts": ["artifacts-table"],
-          "Evaluation": ["eval-table", "generalisation-table"], "GPU market": ["market-table"]}
+TABLES = {"At a glance": ["players-table"], "Training": ["pipeline-table", "pipeline-table-narrow"],
+          "Artifacts": ["artifacts-table"], "GPU market": ["market-table"],
+          "Evaluation": ["eval-table", "generalisation-table", "eval-table-narrow", "generalisation-table-narrow"]}
 
 
 HEIGHT = {1440: 900, 390: 844}  # a laptop, a phone
@@ -274,9 +276,10 @@ def test_every_tab_at_desktop_and_phone_width_with_no_clipped_table(page, space_
         pg.wait_for_timeout(0)
         clipped = pg.evaluate(CLIPPED_JS, TABLES.get(name, []))
         assert clipped == [], f"{name} at {width} px: content hidden in an inner scroll: {clipped}"
-        if TABS[name]:  # the screenshot shows the tab's plots drawn
+        plots = TABS[name] if width > 600 else NARROW_PLOTS.get(name, TABS[name])  # a phone's simpler views
+        if plots:  # the screenshot shows the tab's plots drawn
             pg.wait_for_function(f"""() => [...document.querySelectorAll('.js-plotly-plot')]
-                .filter(e => e.offsetParent !== null && e.querySelector('.main-svg')).length >= {TABS[name]}""",
+                .filter(e => e.offsetParent !== null && e.querySelector('.main-svg')).length >= {plots}""",
                                  timeout=30_000)
         SHOTS.mkdir(parents=True, exist_ok=True)
         slug = re.sub(r"[^a-z]+", "-", name.lower()).strip("-")
@@ -350,3 +353,149 @@ def test_the_shipped_market_lab_plays_a_whole_market_game_as_lab_0(page):
     assert page.locator(".toast-body").count() == 0
     shot(page, "GPU market model")
     assert page.errors == [], f"console errors: {page.errors}"
+
+
+# a chart's title or subplot title that leaves its chart or lies over another of its texts (axis titles, annotations,
+# tick labels, legend entries)
+OVERLAPS_JS = """() => {
+    const out = [];
+    const box = el => el.getBoundingClientRect();
+    const meets = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+    for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+        if (plot.offsetParent === null) continue;
+        const p = box(plot);
+        const texts = [...plot.querySelectorAll('text')].filter(t => t.textContent.trim() && box(t).width > 0);
+        const titles = texts.filter(t => t.closest('.g-gtitle') || t.closest('.annotation'));
+        for (const t of titles) {
+            const b = box(t);
+            if (b.left < p.left - 1 || b.right > p.right + 1) out.push('outside its chart: ' + t.textContent);
+            for (const o of texts) {
+                if (o !== t && meets(b, box(o))) out.push(t.textContent + ' over ' + o.textContent);
+            }
+        }
+    }
+    return [...new Set(out)];
+}"""
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_every_tab_fits_the_screen_with_no_chart_title_over_another_text(page, space_url, width):
+    """At a laptop's and a phone's width: no tab scrolls sideways, and no chart's title or subplot title leaves
+    its chart or overlaps another of its texts (a phone gets the simpler charts, not squeezed ones)."""
+    pg = page.context.browser.new_page(viewport={"width": width, "height": HEIGHT[width]})
+    pg.goto(space_url, wait_until="load", timeout=60_000)
+    pg.get_by_role("tab", name="Play").wait_for(timeout=60_000)
+    for name in TABS:
+        pg.get_by_role("tab", name=name).click()
+        pg.get_by_role("tab", name=name, selected=True).wait_for(timeout=30_000)
+        pg.wait_for_timeout(1500)  # the plots of the tab drawn
+        wide = pg.evaluate("() => document.documentElement.scrollWidth")
+        assert wide <= width + 1, f"{name} at {width} px scrolls sideways: {wide} px wide"
+        overlaps = pg.evaluate(OVERLAPS_JS)
+        assert overlaps == [], f"{name} at {width} px: {overlaps}"
+    pg.close()
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_every_model_bar_on_the_first_screen_names_its_family(page, space_url, width):
+    """The first screen's bars say whose they are: the tiny model built here or SmolLM2 (never a bare ``grpo``),
+    and the sentence gives a verdict read off the CIs."""
+    pg = page.context.browser.new_page(viewport={"width": width, "height": HEIGHT[width]})
+    pg.goto(space_url, wait_until="load", timeout=60_000)
+    pg.wait_for_function("() => document.querySelector('#story-chart .main-svg') !== null", timeout=60_000)
+    labels = pg.evaluate("() => [...document.querySelectorAll('#story-chart .ytick text')].map(t => t.textContent)")
+    assert labels, "no bar labels"
+    for label in labels:
+        assert label.startswith(("tiny ", "SmolLM2 ")) or "best baseline" in label, label
+    story = pg.locator("#story").inner_text()
+    assert re.search(r"(above|under|level with) the rule-based expert", story), story
+    pg.close()
+
+
+def test_a_persons_talk_is_shown_as_text_and_a_refused_move_is_a_warning(page):
+    """HTML typed into Talk is shown as typed (no element made of it); a move the game cannot play is a warning
+    that leaves the chat and the typed words in place, not red error badges."""
+    open_tab(page, "Play")
+    pick(page, "play-buyer", "human")
+    pick(page, "play-seller", "neutral")
+    page.locator("#start-game").click()
+    card = page.locator("#game-card")
+    card.get_by_text("Your budget (private)").wait_for(timeout=30_000)
+    budget = float(re.search(r"Your budget \(private\): \$([\d,]+\.\d\d)", card.inner_text()).group(1).replace(",", ""))
+    talk = "<b>bold</b> <img src=x> deal?"
+    page.locator("#human-price input").fill(f"{budget * 0.2:.2f}")  # low: the seller answers, the game goes on
+    page.locator("#human-talk textarea").fill(talk)
+    page.locator("#human-send").click()
+    chat = page.locator("#game-chat")
+    chat.get_by_text("<b>bold</b>", exact=False).first.wait_for(timeout=30_000)
+    assert chat.locator("img[src='x']").count() == 0 and chat.locator("b", has_text="bold").count() == 0
+    page.wait_for_function("() => document.querySelector('#game-chat').innerText.includes('seller:')",
+                           timeout=30_000)  # the seller's answer: the person's turn again
+    page.wait_for_timeout(500)
+    before = chat.inner_text()
+    page.locator("#human-price input").fill("")  # no price: the move cannot be played
+    page.locator("#human-talk textarea").fill("an offer without a price")
+    page.locator("#human-send").click()
+    page.locator(".toast-body").first.wait_for(timeout=30_000)
+    assert "price" in page.locator(".toast-body").first.inner_text()
+    page.wait_for_timeout(500)
+    assert chat.inner_text() == before, "the chat stays as it was"
+    assert page.locator("#human-talk textarea").input_value() == "an offer without a price"
+    assert page.locator(".error").filter(visible=True).count() == 0, "no red error badge"
+
+
+def test_the_api_and_training_pages_read_as_written(page):
+    """The API tab shows ``<think>`` as text in every reasoning_mode description; the Training tab names no
+    missing artifact."""
+    fresh = page.context.browser.new_page(viewport={"width": 1440, "height": 900})
+    fresh.goto(page.url, wait_until="load", timeout=60_000)
+    fresh.get_by_role("tab", name="Play").click()
+    assert fresh.locator("#seed textarea").input_value() == ""  # the seed starts empty (a random game), not at 0
+    fresh.close()
+    open_tab(page, "API")
+    text = page.locator("#api-docs").inner_text()
+    assert text.count("'option_b' (reasoning in <think> tags)") == 3, text
+    open_tab(page, "Training")
+    page.wait_for_timeout(1000)
+    assert "not produced yet" not in page.evaluate("() => document.body.innerText")
+    open_tab(page, "Before vs after")  # read-only transcripts: no trash button to wipe them
+    page.locator("#ba-summary").get_by_text("ceiling").first.wait_for(timeout=30_000)
+    assert page.locator("button[aria-label='Clear']").filter(visible=True).count() == 0
+
+
+def test_the_market_before_after_shows_each_policys_game_at_full_width(page):
+    """The market's before/after: one policy's game at a time, its table cells at least 8 characters wide, and the
+    trained lab's behaviour said in words beside its bars (whose values are printed, a bar of 0 included)."""
+    open_tab(page, "GPU market")
+    page.locator("#market-ba-summary").get_by_text("held-out seed").wait_for(timeout=30_000)
+    narrow = page.evaluate("""() => {
+        const c = document.createElement('canvas').getContext('2d');
+        return [...document.querySelectorAll('[id^=market-ba-] td')].filter(td => td.offsetParent !== null)
+            .filter(td => { const st = getComputedStyle(td); c.font = st.fontSize + ' ' + st.fontFamily;
+                            const room = td.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+                            const need = Math.min(c.measureText(td.textContent.trim()).width,
+                                                  c.measureText('00000000').width);
+                            return room + 1 < need; })
+            .map(td => td.textContent.slice(0, 30)); }""")
+    assert narrow == [], f"cells narrower than 8 characters: {narrow[:5]}"
+    sentence = page.locator("#market-lab-sentence")
+    assert "trained lab" in sentence.inner_text() and "expert" in sentence.inner_text()
+    fresh = page.context.browser.new_page(viewport={"width": 1440, "height": 900})  # no game played in this page
+    fresh.goto(page.url, wait_until="load", timeout=60_000)
+    fresh.get_by_role("tab", name="GPU market").click()
+    fresh.locator("#market-start").wait_for(timeout=30_000)
+    assert fresh.locator("#market-chart").filter(visible=True).count() == 0, "no empty chart before a game"
+    fresh.close()
+
+
+def test_a_game_between_agents_is_shown_while_it_is_played(page):
+    """A model-vs-scripted game shows its replies as they come, not all at once when it is over."""
+    open_tab(page, "Play")
+    pick(page, "play-buyer", "model")
+    pick(page, "play-seller", "boulware")
+    page.locator("#start-game").click()
+    # a reply on screen while the game has no outcome yet
+    page.wait_for_function("""() => document.querySelectorAll('#game-chat .message').length >= 1
+        && document.querySelector('#game-outcome').innerText.trim() === ''""", timeout=60_000, polling=50)
+    page.locator("#game-outcome").get_by_text("reward").wait_for(timeout=120_000)
+    pick(page, "play-buyer", "human")  # leave the tab as the other tests expect it

@@ -178,6 +178,8 @@ def test_the_ui_streams_a_market_game_round_by_round(monkeypatch):
     final = view(app.MARKETS.get(sid))
     assert final["steps"] == from_one(play_market("market_round", 5, make_policy("expert")).transcript)
     # the per-round chart, recorded as the game played: lab 0's money at the end is its money in the final state
+    assert chart["visible"] is True  # drawn once the game is over (no empty frame before)
+    chart = chart["value"]
     money = chart.data[0].y
     assert len(money) == TASKS["market_round"].rounds + 1 and chart.data[0].name == "lab0"
     start = final["labs_info"][0]["start_money"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,9 +38,11 @@ def test_the_chart_highlights_the_seat_model_with_cis_and_the_expert_and_ceiling
         fig = story.chart(model_path(), which)
         bar = fig.data[0]
         names = list(bar.y)
-        assert facts["eval_buyer"] in names and "expert" not in names  # the expert is a line, not a bar
+        seat = F.display_name(facts["eval_buyer"])  # "tiny GRPO", "SmolLM2 GRPO": the family named on every bar
+        assert seat in names and "expert" not in names  # the expert is a line, not a bar
+        assert all(n.startswith(("tiny ", "SmolLM2 ")) or "best baseline" in n for n in names), names
         red = [n for n, c in zip(names, bar.marker.color) if c == story.HIGHLIGHT]
-        assert red == [facts["eval_buyer"]]
+        assert red == [seat]
         assert all(lo >= 0 and hi >= 0 for lo, hi in zip(bar.error_x.arrayminus, bar.error_x.array))
         texts = [a.text for a in fig.layout.annotations]
         assert any(t.startswith("expert") for t in texts) and any(t.startswith("ceiling") for t in texts), texts
@@ -223,3 +227,55 @@ def test_before_after_shows_the_seated_models_family(tmp_path, monkeypatch):
     assert app.before_after_file() == "ba_big.json" and app.before_after_buyers() == ["big_base", "big_rl"]
     *chats, summary = app.ui_before_after(0)
     assert len(chats) == 2 and all(chats) and "ba_big.json" in summary and "big_rl" in summary
+
+
+@pytest.mark.parametrize("name, shown", [("smollm2_grpo", "SmolLM2 GRPO"), ("smollm2_base", "SmolLM2 untrained"),
+                                         ("grpo", "tiny GRPO"), ("base", "tiny untrained"), ("sdpo", "tiny SDPO"),
+                                         ("smollm2_market_sft", "SmolLM2 SFT"), ("expert", "expert"),
+                                         ("random_valid", "random_valid"), ("smollm2_custom", "SmolLM2 custom")])
+def test_every_model_row_is_named_by_its_family(name, shown):
+    assert F.display_name(name) == shown
+
+
+def _row(mean, lo, hi):
+    return {"reward_mean": mean, "reward_ci95": [lo, hi]}
+
+
+@pytest.mark.parametrize("row, words", [
+    (_row(0.218, 0.203, 0.232), "just under the rule-based expert (-0.019"),
+    (_row(0.10, 0.05, 0.15), "under the rule-based expert (-0.137"),
+    (_row(0.26, 0.245, 0.275), "just above the rule-based expert (+0.023"),
+    (_row(0.23, 0.21, 0.25), "level with the rule-based expert (-0.007, within its 95% CI)"),
+])
+def test_the_headline_verdict_is_read_off_the_cis(row, words):
+    expert, start = _row(0.237, 0.225, 0.25), _row(-1.0, -1.0, -1.0)
+    text = story.verdict(row, start, expert)
+    assert words in text and text.startswith("**Yes:**")
+    assert "just" not in text or abs(row["reward_mean"] - 0.237) < 0.05
+    assert story.verdict(_row(-0.99, -1.0, -0.98), start, expert).startswith("**No:**")  # its CI reaches the start
+
+
+def test_the_details_say_why_the_seat_holds_its_model():
+    from space.model import headline_checkpoint, seat_scores
+    text = story.details(model_path())
+    scores = seat_scores()
+    assert scores and "The model seat holds the shipped buyer with the best mean reward" in text
+    for _folder, buyer, vals, mean in scores:  # every candidate with the numbers the rule read
+        assert f"{F.display_name(buyer)} " in text and f"{mean:+.3f}" in text
+    best = max(scores, key=lambda c: c[3])
+    assert best[0] == headline_checkpoint()
+
+
+def test_the_market_sentence_says_what_the_trained_lab_does_from_the_artifact():
+    from env.market import POLICIES
+    rows = F.market_same_seeds()
+    grpo = {t: next(r for r in rs if r["policy"] == "smollm2_market_grpo") for t, rs in rows.items()}
+    text = F.market_lab_sentence("smollm2_market_grpo")
+    idle = all(not any(r.get(k) for k in F.ACTIVITY) and not r["invalid_rate"] for r in grpo.values())
+    assert ("waits at every move" in text) == idle
+    for t, rs in rows.items():
+        scripted = {r["policy"]: r for r in rs if r["policy"] in POLICIES}
+        assert f"{t} {grpo[t]['reward_mean']:+.3f}" in text and f"expert {scripted['expert']['reward_mean']:+.3f}" in text
+    sft = F.market_lab_sentence("smollm2_market_sft")
+    assert "refused" in sft and "waits at every move" not in sft
+    assert "No evaluation row" in F.market_lab_sentence("no_such_lab")
