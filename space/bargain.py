@@ -276,8 +276,14 @@ def full_messages(env: BargainEnv) -> list[dict]:
 
 def as_text(text: str) -> str:
     """A player's words as the page shows them: text, never markup (``<b>`` or ``<img ...>`` typed by a person or
-    written by a model is shown as typed, not rendered)."""
+    written by a model is shown as typed, not rendered). The API's JSON keeps the words as they were."""
     return html.escape(text or "", quote=False)
+
+
+def page_messages(messages: list[dict]) -> list[dict]:
+    """Chat messages for the page's chat boxes: every message's text escaped (``as_text``); the markdown around
+    the words (the speaker in bold, the action in code) has no ``<``, ``>`` or ``&`` to change."""
+    return [{**m, "content": as_text(m["content"])} for m in messages]
 
 
 def turn_messages(turns: list[dict]) -> list[dict]:
@@ -286,13 +292,13 @@ def turn_messages(turns: list[dict]) -> list[dict]:
     for turn in turns:
         role = turn["role"]
         if turn.get("thought"):
-            out.append({"role": _chat_role(role), "content": as_text(turn["thought"]),
+            out.append({"role": _chat_role(role), "content": turn["thought"],
                         "metadata": {"title": f"{role}'s private reasoning (never shown to the {OTHER[role]})"}})
         if turn.get("action"):
             action = f"`{turn['action']}`" + (f" — invalid: {turn['error']}" if turn.get("error") else "")
         else:
             action = f"format error: {turn.get('error')} (ends the game for the buyer; a seller's counts as [REJECT])"
-        out.append({"role": _chat_role(role), "content": f"**{role}**: {as_text(turn['talk'])}\n\n{action}"})
+        out.append({"role": _chat_role(role), "content": f"**{role}**: {turn['talk']}\n\n{action}"})
     return out
 
 
@@ -320,7 +326,7 @@ def role_messages(env: BargainEnv, role: str) -> list[dict]:
                 note = (f"\n\n**Your move{offered} was refused: {why}** (cost {format_price(env.scenario.cost)}). "
                         f"It counts as [REJECT]; the buyer was not told what you said.")
                 talk = entry.get("talk") or talk  # the seller's own words stay in its view
-        out.append({"role": _chat_role(msg.role), "content": f"**{msg.role}**: {as_text(talk)}\n\n"
+        out.append({"role": _chat_role(msg.role), "content": f"**{msg.role}**: {talk}\n\n"
                     f"`{msg.action.render()}`" + note})
     return out
 

@@ -594,15 +594,15 @@ def before_after_summary(g: dict, buyers: list[str], name: str = BEFORE_AFTER) -
             "\n|---|---|---|---|---|\n"
             + "\n".join(rows)
             + f"\n| ceiling: the oracle, told the seller's floor | {g['oracle_reward']:+.3f} | | | |\n\n"
-            f"The untrained model's replies cannot be read (reward −1 on every game), so every change from it is "
-            f"large; the RL column compares like with like. Greedy play; from `artifacts/{name}` "
-            f"({provenance_line(read_artifact(name), name)})")
+            + (f"{display_name(buyers[0])} scores −1 here (its replies cannot be read), so every change from it is "
+               "large; the RL column compares like with like. " if first == -1 and rl else "")
+            + f"Greedy play; from `artifacts/{name}` ({provenance_line(read_artifact(name), name)})")
 
 
 def transcript_messages(t: dict) -> list[dict]:
     """A stored transcript as chat messages (as the Play tab shows them), then its ending."""
-    from space.bargain import turn_messages  # noqa: PLC0415
-    out = turn_messages(t["turns"])
+    from space.bargain import page_messages, turn_messages  # noqa: PLC0415
+    out = page_messages(turn_messages(t["turns"]))
     m = t["metrics"]
     out.append({"role": "assistant", "content": f"*End: {m['end_reason']}"
                 + (f" at ${m['price']:,.2f}" if m.get("price") is not None else "")
@@ -767,6 +767,8 @@ def market_lab_sentence(policy: str, name: str = MARKET_EVAL) -> str:
     if not tasks:
         return f"No evaluation row of the trained lab (`{policy}`) in `artifacts/{name}` yet."
     mine = {t: next(r for r in rows if r["policy"] == policy) for t, rows in tasks.items()}
+    # the scripted rows of the lab's own block (market_same_seeds: each block's models, then their scripted rows)
+    own = {t: _scripted_after(rows, mine[t], POLICIES) for t, rows in tasks.items()}
     acts = {t: {k: r.get(k) or 0 for k in ACTIVITY} for t, r in mine.items()}
     idle_everywhere = all(not any(v for v in a.values()) and not mine[t].get("invalid_rate") for t, a in acts.items())
     if idle_everywhere:
@@ -775,11 +777,11 @@ def market_lab_sentence(policy: str, name: str = MARKET_EVAL) -> str:
     else:
         per = "; ".join(f"{t}: " + (", ".join(f"{a[k]:.2g} {ACTIVITY[k]}" for k in ACTIVITY if a[k])
                                or ("no action that went through" if mine[t].get("invalid_rate") else "waits"))
-                        + f", {mine[t].get('invalid_rate', 0):.0%} of its actions refused" for t, a in acts.items())
+                        + f", {mine[t].get('invalid_rate') or 0:.0%} of its actions refused" for t, a in acts.items())
         does = f"The trained lab ({display_name(policy)}) per game: {per}"
     parts = []
-    for t, rows in tasks.items():
-        scripted = {r["policy"]: r for r in rows if r["policy"] in POLICIES}
+    for t in tasks:
+        scripted = own[t]
         base = max((r for p, r in scripted.items() if p not in ("expert", "idle")), key=lambda r: r["reward_mean"],
                    default=None)
         ref = [f"expert {scripted['expert']['reward_mean']:+.3f}"] if "expert" in scripted else []
@@ -788,6 +790,17 @@ def market_lab_sentence(policy: str, name: str = MARKET_EVAL) -> str:
         parts.append(f"{t} {mine[t]['reward_mean']:+.3f} {ci_text(mine[t])} ({', '.join(ref)}; "
                      f"{mine[t]['episodes']} held-out seeds)")
     return does + ". Its reward: " + "; ".join(parts) + "."
+
+
+def _scripted_after(rows: list[dict], model: dict, scripted: dict) -> dict[str, dict]:
+    """The scripted rows that follow ``model``'s block in ``market_same_seeds`` order (its own seeds), by policy."""
+    out, k = {}, rows.index(model) + 1
+    while k < len(rows) and rows[k]["policy"] not in scripted:  # the block's other model rows
+        k += 1
+    while k < len(rows) and rows[k]["policy"] in scripted:
+        out.setdefault(rows[k]["policy"], rows[k])
+        k += 1
+    return out
 
 
 def market_trained_table(name: str = MARKET_EVAL) -> list[list]:

@@ -88,6 +88,8 @@ def verdict(row: dict, start: dict | None, expert: dict) -> str:
     where = (f"{near}above the rule-based expert ({gap:+.3f}; its 95% CI lies above the expert's mean)" if lo > e else
              f"{near}under the rule-based expert ({gap:+.3f}; its 95% CI ends below the expert's mean)" if hi < e else
              f"level with the rule-based expert ({gap:+.3f}, within its 95% CI)")
+    if start is None:  # no untrained row to compare with: where it stands, without a yes or no
+        return where[0].upper() + where[1:] + "."
     return (f"**{'Yes' if learned else 'No'}:** {'far above its untrained start, ' if learned else ''}{where}.")
 
 
@@ -113,8 +115,12 @@ def details(folder: str) -> str:
 
 def seat_rule() -> str:
     """Why this model holds the seat, from the numbers the rule reads (``space.model.seat_scores``)."""
-    from space.model import seat_scores  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
 
+    from space.model import ENV_VAR, headline_checkpoint, model_path, seat_scores  # noqa: PLC0415
+
+    if Path(model_path()).resolve() != Path(headline_checkpoint()).resolve():
+        return f"The model seat holds the model ${ENV_VAR} names, not the one the seat rule would pick."
     scores = sorted(seat_scores(), key=lambda c: -c[3])
     if not scores:
         return ""

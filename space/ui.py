@@ -5,6 +5,7 @@ import functools
 import html
 import json
 import random
+import re
 import time
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from space import figures as F
 from space import market as M
 from space import story
 from space.api import API, CHALLENGES, GAMES, MARKETS, QUEUED, SELLER_MIX, gradio_errors, product_arg
-from space.bargain import (HUMAN, HUMAN_ACTIONS, MODEL, GameError, MoveRefused, agent_replies, as_text,
-                           available_sources, choices, view)
+from space.bargain import (HUMAN, HUMAN_ACTIONS, MODEL, GameError, MoveRefused, agent_replies,
+                           available_sources, choices, page_messages, view)
 from space.card import card_facts, model_card
 from space.challenge import NOTICE, REFERENCE
 from space.model import ENV_VAR, market_model_path, model_label, model_path, model_roles
@@ -105,7 +106,8 @@ def _game_outputs(state: dict):
     if state.get("writing"):  # a model's reply while it is written (only what this viewer may see of it)
         w = state["writing"]
         messages = [*messages, {"role": "user" if w["role"] == BUYER else "assistant",
-                                "content": f"**{w['role']}** (writing…): {as_text(w['text'])}"}]
+                                "content": f"**{w['role']}** (writing…): {w['text']}"}]
+    messages = page_messages(messages)  # the players' words as text, never as markup
     return messages, card, outcome, gr.update(visible=bool(you) and not state["done"])
 
 
@@ -114,11 +116,10 @@ def seed_arg(seed):
     if seed is None or (isinstance(seed, str) and not seed.strip()):
         return random.randrange(10**6)
     if isinstance(seed, str):
-        try:
-            return int(seed.strip())
-        except ValueError:
-            raise GameError(f"the seed must be a whole number from 0, or empty for a random game; got {seed[:20]!r}") \
-                from None
+        whole = re.fullmatch(r"\s*([0-9]{1,18})(?:\.0*)?\s*", seed)  # ASCII digits, "3.0" taken as 3
+        if whole is None:
+            raise GameError(f"the seed must be a whole number from 0, or empty for a random game; got {seed[:20]!r}")
+        return int(whole.group(1))
     return seed
 
 
@@ -584,7 +585,8 @@ def ui_market_before_after(task: str, seed, slots: list[str]):
     summary = (f"**{task}, held-out seed {seed}**: lab 0's reward under each policy (greedy), the other labs the "
                f"world's scripted archetypes.\n\n| lab 0 | reward | deals | jobs done | refused actions |\n"
                f"|---|---|---|---|---|\n{rows}\n\nFrom `artifacts/{name}`.")
-    return (summary, *[M.stored_game_markdown(g[p]) if p in g else f"*{p} did not play this seed.*" for p in slots])
+    return (summary, *[M.stored_game_markdown(g[p]) if p in g else f"*{F.display_name(p)} did not play this seed.*"
+                      for p in slots])
 
 
 def _market_before_after(demo: gr.Blocks) -> None:

@@ -175,13 +175,26 @@ def test_a_refused_move_in_the_page_is_a_warning_and_the_game_goes_on():
         app.send_reply(sid, "offer", None, "")
 
 
-@pytest.mark.parametrize("typed, seed", [("", None), ("  ", None), ("12", 12), (" 7 ", 7), (3, 3)])
+@pytest.mark.parametrize("typed, seed", [("", None), ("  ", None), ("12", 12), (" 7 ", 7), (3, 3), ("4.0", 4)])
 def test_the_play_tabs_seed_is_random_when_empty_and_a_whole_number_otherwise(typed, seed):
     from space.ui import seed_arg
     got = seed_arg(typed)
     assert got == seed if seed is not None else isinstance(got, int) and 0 <= got < 10**6
 
 
-def test_a_seed_that_is_not_a_number_is_refused_with_the_reason():
+@pytest.mark.parametrize("typed", ["seven", "1_000", "2.5", "-3", "\u0663"])
+def test_a_seed_that_is_not_a_number_is_refused_with_the_reason(typed):
     with pytest.raises(gr.Error, match="the seed must be a whole number"):
-        list(app.ui_start("builtin", "expert", "neutral", "option_a", -1, "seven", ""))
+        list(app.ui_start("builtin", "expert", "neutral", "option_a", -1, typed, ""))
+
+
+def test_a_persons_words_stay_as_typed_in_the_api_and_are_text_in_the_page():
+    """The JSON API returns the words as typed; the page's chat shows them escaped (text, never markup)."""
+    words = "<b>R&D</b> budget <$50"
+    api = app.start_game(buyer="human", seller="neutral", product=-1, seed=3)
+    state = app.send_reply(api["session_id"], "offer", 1.0, words)
+    assert any(words in m["content"] for m in state["messages"])
+    *_, (sid, *_rest) = app.ui_start("builtin", "human", "neutral", "option_a", -1, 3, "")
+    *_, (chat, *_more) = app.ui_send(sid, "offer", 1.0, words)
+    shown = [m["content"] for m in chat]
+    assert any("&lt;b&gt;R&amp;D&lt;/b&gt; budget &lt;$50" in c for c in shown) and not any(words in c for c in shown)

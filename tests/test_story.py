@@ -255,8 +255,13 @@ def test_the_headline_verdict_is_read_off_the_cis(row, words):
     assert story.verdict(_row(-0.99, -1.0, -0.98), start, expert).startswith("**No:**")  # its CI reaches the start
 
 
-def test_the_details_say_why_the_seat_holds_its_model():
-    from space.model import headline_checkpoint, seat_scores
+def test_the_details_say_why_the_seat_holds_its_model(monkeypatch):
+    from pathlib import Path
+
+    from space.model import ENV_VAR, headline_checkpoint, seat_scores
+    if Path(model_path()).resolve() != headline_checkpoint().resolve():  # a seat named by the variable: said so
+        assert f"${ENV_VAR} names" in story.details(model_path())
+    monkeypatch.delenv(ENV_VAR, raising=False)  # the seat the rule picks
     text = story.details(model_path())
     scores = seat_scores()
     assert scores and "The model seat holds the shipped buyer with the best mean reward" in text
