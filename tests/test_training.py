@@ -14,6 +14,7 @@ from training import sft
 from training.games.bargain.config import BargainEvalArgs
 
 ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_TINY = ROOT / "artifacts" / "checkpoints" / "grpo-tiny"  # a buyer that deals: rewards that differ
 
 PROVENANCE_KEYS = {"command", "config", "seeds", "commit", "date", "machine", "wall_time_s"}
 RL_KEYS = {"step", "reward_mean", "reward_std", "reward_min", "reward_max", "deal_rate", "first_offer_ratio",
@@ -601,3 +602,32 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
     assert spares <= set(range(16, 16 + 2 * 2)) and sum(p["groups_replaced"] for p in points) == len(spares)
     with pytest.raises(SystemExit):
         grpo.main(["--smoke", "--spare_groups", "-1"])
+
+
+@pytest.mark.slow
+def test_the_lm_head_at_trained_positions_only_leaves_the_training_unchanged(tmp_path):
+    """GRPO with the LM head scored at the trained player's tokens only (the default) against every completion
+    position: the same rollouts, losses, KL, entropy and gradient norms per step, and the same weights after, with a
+    KL term (the reference forward) in the loss."""
+    from safetensors.torch import load_file
+
+    from training import grpo
+    runs = {}
+    for flag in ("true", "false"):
+        out, curve = tmp_path / flag, tmp_path / f"{flag}.json"
+        grpo.main(["--smoke", "--model_name_or_path", str(SHIPPED_TINY), "--output_dir", str(out), "--curve", str(curve),
+                   "--beta", "0.04", "--max_new_tokens", "64", "--max_steps", "3", "--learning_rate", "1e-3",
+                   "--lm_head_trained_only", flag])
+        runs[flag] = json.loads(curve.read_text())["points"], load_file(out / "final" / "model.safetensors")
+    (fast, w_fast), (full, w_full) = runs["true"], runs["false"]
+    assert [p["reward_mean"] for p in fast] == [p["reward_mean"] for p in full]  # the same episodes
+    for a, b in zip(fast, full):
+        for key in ("loss", "kl", "entropy", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a[key], b[key])
+    assert any(p["kl"] > 0 for p in fast) and all(p["grad_norm"] > 0 for p in fast)  # KL and policy terms at work
+    # the weights after: as close as float rounding leaves them (Adam turns the rounding of near-zero gradients into
+    # steps of up to the learning rate, so the bound is a fraction of one step, far below what training moved them)
+    start = load_file(SHIPPED_TINY / "model.safetensors")
+    moved = max(float((w_full[k] - start[k]).abs().max()) for k in w_full)
+    gap = max(float((w_fast[k] - w_full[k]).abs().max()) for k in w_full)
+    assert gap < 0.5 * moved, (gap, moved)

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None):
     trainer = SDPOTrainer(model=run.model, reward_funcs=run.reward_funcs, args=run.cfg, train_dataset=run.dataset,
                           processing_class=run.tokenizer, rollout_func=run.rollouts,
                           peft_config=get_peft_config(run.model_args), rollouts=run.rollouts, sdpo=run.script)
+    trainer.score_trained_only = run.script.lm_head_trained_only
     return trainer, train_and_finish(trainer, run)
 
 

@@ -69,6 +69,9 @@ class GRPOScriptArguments(GameArguments):
         "help": "stop training at the end of the step after which another step would pass this many seconds since "
                 "the run began (a lease on a lent machine); the final policy is saved as usual and the curve records "
                 "the stop (0 = run to --max_steps)"})
+    lm_head_trained_only: bool = field(default=True, metadata={
+        "help": "score the LM head at the trained player's own completion tokens only (not the opponent's messages), "
+                "in the policy's and the reference's forward: the same loss, less work (training/rl/trim.py)"})
     card_eval: str = field(default="artifacts/eval_results.json",
                            metadata={"help": "evaluation artifact whose table goes into the model card (--push_to_hub)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests (training/recipes/smoke/): 2 steps of 8 "
@@ -154,6 +157,7 @@ class EpisodeRollouts:
             records, rows, sampled_zero = replace_flat_groups(rows, records, spare_rows, played_all[len(rows):],
                                                               self.cfg.num_generations)
         self.last_records = records
+        trainer._rollout_scored = [r.env_mask[:self.cfg.max_completion_length] for r in records]  # TrimmedBatches
         step = trainer.state.global_step + 1
         if self.script.episode_log:
             with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:

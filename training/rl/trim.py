@@ -13,20 +13,72 @@ policy's forward and backward run at that full width. Whole negotiations vary fr
 * with ``loss_type="dapo"`` (TRL's default, normalised by the generation batch's token count, not per
   micro-batch), the micro-batches of a step are cut from the batch ordered by length instead of a
   random order, so each holds episodes of similar length. The optimizer still steps once on the
-  gradient of the whole batch, whatever the order.
+  gradient of the whole batch, whatever the order;
+* the LM head (49,152 columns for SmolLM2, a fifth of its forward) scores only the completion positions that carry
+  the loss: the trained player's own tokens (``env_mask`` 1), not the opponent's messages and the chat template
+  between them, in the policy's forward and backward and in the reference forward. TRL's fused head already scores
+  only the labelled positions on a GPU (its Triton path); on a CPU it scores every position, so the same head is
+  asked for the compact form there too. The skipped positions' log-probs and entropies come back as 0: they are
+  masked out of the loss, the KL and the logged entropy, so the loss is the same.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
+import trl.trainer.utils as trl_utils
 from trl import GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
 _ORDER_FREE_LOSSES = ("dapo",)  # losses whose value does not depend on how the batch is split
 
 
+@contextmanager
+def compact_head():
+    """TRL's fused LM head in its compact form (only the labelled positions projected) on any device: TRL takes it on
+    Triton devices only, to keep tile shapes fixed for compilers (Neuron); eager CPU code has no such need."""
+    before = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = before
+
+
 class TrimmedBatches:
-    """A mixin for ``GRPOTrainer`` subclasses (put it first among the bases)."""
+    """A mixin for ``GRPOTrainer`` subclasses (put it first among the bases). ``score_trained_only`` (default on)
+    scores the LM head at the trained positions only (the module docstring)."""
+
+    score_trained_only = True
+    _scored = None  # the completion positions that carry the loss, for the forward under way (rows x columns)
+    _rollout_scored = None  # the same for the generation batch just played (its env_mask rows), reference forward
+
+    def _compute_loss(self, model, inputs):
+        mask = inputs["completion_mask"]
+        self._scored = (mask * inputs["tool_mask"] if "tool_mask" in inputs else mask).bool()
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._scored = None
+
+    def _generate_and_score_completions(self, inputs):
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self._rollout_scored = None
+
+    def _scored_columns(self, rows: int, keep: int) -> torch.Tensor | None:
+        """The trained positions of a forward of ``rows`` x ``keep`` completion columns, where known: the loss's mask
+        (policy), or the rollouts' env_mask rows when the forward is of the generation batch (reference)."""
+        if not self.score_trained_only:
+            return None
+        if self._scored is not None and self._scored.shape == (rows, keep):
+            return self._scored
+        env = self._rollout_scored
+        if env is not None and len(env) == rows and max((len(m) for m in env), default=0) <= keep:
+            return torch.tensor([list(m) + [0] * (keep - len(m)) for m in env], dtype=torch.bool)
+        return None
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **extra):
@@ -36,6 +88,7 @@ class TrimmedBatches:
                           compute_aux_loss, **extra)
         batch_size = batch_size or input_ids.size(0)
         width = input_ids.size(1)
+        scored = self._scored_columns(input_ids.size(0), logits_to_keep)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             ids, mask = input_ids[start: start + batch_size], attention_mask[start: start + batch_size]
@@ -43,12 +96,26 @@ class TrimmedBatches:
             lead = int(real[: width - logits_to_keep].int().argmax()) if real[: width - logits_to_keep].any() else 0
             tail = int(real.flip(0).int().argmax()) if real.any() else 0
             tail = min(tail, logits_to_keep - 1)  # keep at least one completion column
-            lp, ent, _ = parent(model, ids[:, lead: width - tail], mask[:, lead: width - tail], logits_to_keep - tail,
-                                None, compute_entropy, False)
+            ids, mask, keep = ids[:, lead: width - tail], mask[:, lead: width - tail], logits_to_keep - tail
+            if scored is None:
+                lp, ent, _ = parent(model, ids, mask, keep, None, compute_entropy, False)
+            else:
+                lp, ent = self._scored_forward(model, ids, mask, keep,
+                                               scored[start: start + batch_size, :keep].to(ids.device), compute_entropy)
             logps.append(torch.nn.functional.pad(lp, (0, tail)))
             if ent is not None:
                 entropies.append(torch.nn.functional.pad(ent, (0, tail)))
         return torch.cat(logps), (torch.cat(entropies) if entropies else None), None
+
+    def _scored_forward(self, model, ids, mask, keep, scored, compute_entropy):
+        """TRL's text-only forward (its fused LM head, labels on the completion), the labels kept at the trained
+        positions only and the head asked for its compact form."""
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        labels[:, -keep:] = labels[:, -keep:].masked_fill(~scored, -100)
+        with self.accelerator.autocast(), compact_head():
+            out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        return out.log_probs[:, -keep:], (out.entropy[:, -keep:] if compute_entropy else None)
 
     def _prepare_inputs(self, generation_batch):
         if not self.model.training or self.args.loss_type not in _ORDER_FREE_LOSSES:
