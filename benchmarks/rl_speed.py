@@ -196,6 +196,17 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
     def timed_init(self, *a, **k):
         init(self, *a, **k)
         rollout = self.rollout_func
+        # the trainer's own log-prob method (a subclass's override included), timed once per call: a no-grad call is
+        # the reference forward (or the old policy's), whatever path the subclass takes inside it
+        logps = self._get_per_token_logps_and_entropies
+
+        def timed_logps(*a, **k):
+            start = time.perf_counter()
+            out = logps(*a, **k)
+            if not torch_grad():
+                t["reference"] += time.perf_counter() - start
+            return out
+        self._get_per_token_logps_and_entropies = timed_logps
 
         def timed_rollout(prompts, trainer):
             t["start"] = t["start"] or time.perf_counter()
@@ -206,15 +217,6 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
             t["trained_tokens"] += sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"]))
             return out
         self.rollout_func = timed_rollout
-
-    logps = GRPOTrainer._get_per_token_logps_and_entropies
-
-    def timed_logps(self, *a, **k):
-        start = time.perf_counter()
-        out = logps(self, *a, **k)
-        if not torch_grad():
-            t["reference"] += time.perf_counter() - start
-        return out
 
     score = GRPOTrainer._generate_and_score_completions
 
@@ -239,7 +241,7 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
         t["optimizer"] += time.perf_counter() - marks["opt"]
         t["end"] = time.perf_counter()
     register_optimizer_step_post_hook(after_opt)
-    GRPOTrainer.__init__, GRPOTrainer._get_per_token_logps_and_entropies = timed_init, timed_logps
+    GRPOTrainer.__init__ = timed_init
     GRPOTrainer._generate_and_score_completions, GRPOTrainer.training_step = timed_score, timed_step
     sys.path.insert(0, str(Path.cwd() / "training"))
     import grpo  # noqa: PLC0415  (the checkout's script, as the pipeline runs it)
