@@ -479,8 +479,8 @@ def _challenge_tab(tab: gr.Tab) -> None:
     board = gr.Dataframe(headers=LEADERBOARD_HEADERS, label="Leaderboard (widest margin over the model first)",
                          interactive=False, wrap=True, elem_id="ch-leaderboard", visible=False, elem_classes=["wide-only"],
                          column_widths=["7%", "15%", "10%", "9%", "9%", "12%", "18%", "7%", "6%", "7%"])
-    small = gr.Dataframe(headers=[LEADERBOARD_HEADERS[k] for k in BOARD_NARROW], interactive=False, wrap=True,
-                         column_widths=["16%", "34%", "25%", "25%"], elem_id="ch-leaderboard-narrow", visible=False,
+    small = gr.Dataframe(headers=["#", "name", "margin over the model", "your reward"], interactive=False, wrap=True,
+                         column_widths=["10%", "40%", "26%", "24%"], elem_id="ch-leaderboard-narrow", visible=False,
                          elem_classes=["narrow-only"], label="Leaderboard (widest margin over the model first)")
     empty = gr.Markdown(EMPTY_BOARD, elem_id="ch-leaderboard-empty")
     boards = [board, small, empty]
