@@ -1,0 +1,63 @@
+"""The thought-consistency checker: reads the comparisons a buyer's Thought states and checks them against the
+truth; the expert's own Thoughts are always true; any text is survived."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from env.bargain.consistency import Claim, check, claims
+from env.bargain.players.buyers import compare_digits
+from env.bargain.protocol import format_price
+
+
+@pytest.mark.parametrize("text, ask, budget, true", [
+    ("Ask $150.00 vs budget $155.19: 1=1, 5=5, 0<5: over budget. Walk away.", 150.0, 155.19, 0),  # the seat's error
+    ("Ask $150.00 vs budget $155.19: 1=1, 5=5, 0<5: within budget.", 150.0, 155.19, 1),
+    ("Ask $407.00 vs budget $418.39: over budget.", 407.0, 418.39, 0),
+    ("Ask $1,250.50 vs budget $1,200.00: 4 digits vs 4: over budget.", 1250.5, 1200.0, 1),
+    ("The ask of $90 is within my budget of $120, accept.", 90.0, 120.0, 1),
+    ("ask $130 is under budget ($120)", 130.0, 120.0, 0),
+    ("Ask $99.00 vs budget $120.00: within budget.", 98.0, 120.0, 0),  # not the ask standing
+    ("Ask $99.00 vs budget $125.00: within budget.", 99.0, 120.0, 0),  # not its budget
+])
+def test_stated_comparisons_are_checked_against_the_turns_truth(text, ask, budget, true):
+    got = check(text, ask, budget)
+    assert got["claims"] == 1 and got["true"] == true and len(got["false"]) == 1 - true
+
+
+def test_a_thought_without_a_comparison_has_nothing_to_be_wrong_about():
+    assert check("No ask yet. Open at 60% of list $100.00.", None, 80.0) == {"claims": 0, "true": 0, "false": []}
+    assert claims("budget is tight; offer more") == []
+
+
+def test_an_offer_claim_is_checked_against_the_buyers_own_offer():
+    assert check("Offer $70.00 vs budget $80.00: within budget.", 90.0, 80.0, offer=70.0)["true"] == 1
+    assert check("Offer $70.00 vs budget $80.00: over budget.", 90.0, 80.0, offer=70.0)["true"] == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**7), st.integers(1, 10**7))
+def test_the_experts_comparison_is_always_read_and_true(ask_cents, budget_cents):
+    """The expert's own Thought line, on any prices: read as one claim, and true."""
+    ask, budget = ask_cents / 100, budget_cents / 100
+    over = ask > budget
+    text = (f"Ask {format_price(ask)} vs budget {format_price(budget)}: {compare_digits(ask, budget)}: "
+            + ("over budget." if over else "within budget.") + " Counter.")
+    assert claims(text) == [Claim("ask", ask, budget, over)]
+    assert check(text, ask, budget)["true"] == 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=300), st.one_of(st.none(), st.floats(0, 1e6)), st.floats(0.01, 1e6))
+def test_any_text_is_survived(text, ask, budget):
+    got = check(text, ask, budget)
+    assert 0 <= got["true"] <= got["claims"] and len(got["false"]) == got["claims"] - got["true"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="Askvbudgetoverwithin $0123456789.,:", max_size=200))
+def test_text_made_of_the_claims_own_words_is_survived(text):
+    for c in claims(text):
+        assert c.what in ("ask", "offer") and c.price >= 0 and c.budget >= 0
