@@ -14,6 +14,7 @@ comparison has no claims (nothing to be wrong about). Any string is accepted (th
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ def _money(text: str) -> float | None:
         value = float(text.replace(",", ""))
     except ValueError:
         return None
-    return value if value == value and value < 1e12 else None
+    return value if math.isfinite(value) and value < 1e12 else None
 
 
 def claims(text: str) -> list[Claim]:
