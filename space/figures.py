@@ -295,9 +295,9 @@ def rl_label(algo: str) -> str:
     return f"{name} ({'; '.join(parts)})" if parts else name
 
 
-def rl_order() -> list[str]:
-    """The RL runs in drawing order: the model seat's run last, so its curve is on top of the others."""
-    seat = seat_buyer()
+def rl_order(seat: str | None) -> list[str]:
+    """The RL runs in drawing order: the run of the model in the seat (``seat_buyer()``) last, so its curve is on
+    top of the others."""
     return sorted(RL_CURVES, key=lambda algo: algo == seat)
 
 
@@ -371,7 +371,7 @@ def rl_rewards() -> go.Figure:
     as reference lines, and step 0 (the SFT model RL starts from) marked."""
     fig = go.Figure()
     seat = seat_buyer()
-    for algo in rl_order():
+    for algo in rl_order(seat):
         pts = _points(RL_CURVES[algo])
         if not pts:
             continue
@@ -406,9 +406,7 @@ def rl_rewards() -> go.Figure:
 def rl_reward_compact() -> go.Figure:
     """The model seat's RL reward per step (raw points and their moving average), for a phone: one run, a short
     title, no legend."""
-    seat = seat_buyer()
-    algo = seat if seat in RL_CURVES and _points(RL_CURVES[seat]) else next(
-        (a for a in reversed(rl_order()) if _points(RL_CURVES[a])), None)
+    algo = next((a for a in reversed(rl_order(seat_buyer())) if _points(RL_CURVES[a])), None)  # the seat's first
     if algo is None:
         return _empty("RL reward", "no RL curve yet")
     pts = _points(RL_CURVES[algo])
@@ -431,7 +429,7 @@ def rl_phases() -> go.Figure:
     keys = [k for k in RL_METRICS if k != "reward_mean"]
     fig = make_subplots(rows=2, cols=3, subplot_titles=[RL_METRICS[k] for k in keys] + ["overshoot rate"])
     found, seat = False, seat_buyer()
-    for algo in rl_order():
+    for algo in rl_order(seat):
         pts = _points(RL_CURVES[algo])
         found |= bool(pts)
         steps, label = [p["step"] for p in pts], rl_label(algo)
@@ -488,7 +486,7 @@ def dashboard() -> go.Figure:
         fig.add_scatter(x=steps, y=[p.get("mean_token_accuracy") for p in pts], name=label, legendgroup=label,
                         showlegend=False, row=1, col=2, line={"color": color})
     seat = seat_buyer()
-    for algo in rl_order():
+    for algo in rl_order(seat):
         pts = _points(RL_CURVES[algo])
         steps = [p["step"] for p in pts]
         if not pts:

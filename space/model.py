@@ -108,8 +108,13 @@ def headline_checkpoint() -> Path:
     in generalisation study (a) (``eval_generalisation.json``: the other source's test split, e.g. Amazon), that
     one too, so a buyer that breaks on listings from another source does not hold the seat. The tiny GRPO buyer
     when no other scores higher (or none has a row)."""
+    return best_seat(seat_scores())
+
+
+def best_seat(candidates: list[tuple[Path, str, list[float], float]]) -> Path:
+    """The folder of the best-scoring candidate (``seat_scores``), the tiny buyer on a tie or when there is none."""
     best, best_score = SHIPPED, None
-    for folder, _buyer, _scores, score in seat_scores():
+    for folder, _buyer, _scores, score in candidates:
         if best_score is None or score > best_score or (score == best_score and folder == SHIPPED):
             best, best_score = folder, score
     return best

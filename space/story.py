@@ -83,13 +83,13 @@ def verdict(row: dict, start: dict | None, expert: dict) -> str:
     level with it otherwise; "just" within 0.05)."""
     lo, hi = row["reward_ci95"]
     gap, e = row["reward_mean"] - expert["reward_mean"], expert["reward_mean"]
-    learned = start is None or lo > start["reward_mean"]
     near = "just " if abs(gap) < 0.05 else ""
     where = (f"{near}above the rule-based expert ({gap:+.3f}; its 95% CI lies above the expert's mean)" if lo > e else
              f"{near}under the rule-based expert ({gap:+.3f}; its 95% CI ends below the expert's mean)" if hi < e else
              f"level with the rule-based expert ({gap:+.3f}, within its 95% CI)")
     if start is None:  # no untrained row to compare with: where it stands, without a yes or no
         return where[0].upper() + where[1:] + "."
+    learned = lo > start["reward_mean"]
     return (f"**{'Yes' if learned else 'No'}:** {'far above its untrained start, ' if learned else ''}{where}.")
 
 
@@ -117,11 +117,12 @@ def seat_rule() -> str:
     """Why this model holds the seat, from the numbers the rule reads (``space.model.seat_scores``)."""
     from pathlib import Path  # noqa: PLC0415
 
-    from space.model import ENV_VAR, headline_checkpoint, model_path, seat_scores  # noqa: PLC0415
+    from space.model import ENV_VAR, best_seat, model_path, seat_scores  # noqa: PLC0415
 
-    if Path(model_path()).resolve() != Path(headline_checkpoint()).resolve():
+    candidates = seat_scores()
+    if Path(model_path()).resolve() != best_seat(candidates).resolve():
         return f"The model seat holds the model ${ENV_VAR} names, not the one the seat rule would pick."
-    scores = sorted(seat_scores(), key=lambda c: -c[3])
+    scores = sorted(candidates, key=lambda c: -c[3])
     if not scores:
         return ""
     both = len(scores[0][2]) > 1

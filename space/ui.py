@@ -120,7 +120,7 @@ def seed_arg(seed):
         if whole is None:
             raise GameError(f"the seed must be a whole number from 0, or empty for a random game; got {seed[:20]!r}")
         return int(whole.group(1))
-    return seed
+    return int(seed) if isinstance(seed, float) and seed.is_integer() else seed
 
 
 @gradio_errors
@@ -130,8 +130,7 @@ def ui_start(source, buyer, seller, mode, product, seed, old_session, request: g
         GAMES.end(old_session)
     seed = seed_arg(seed)
     game = GAMES.add(GAMES.new_game(source=source, buyer=buyer, seller=seller, product=product_arg(product),
-                                    seed=int(seed) if isinstance(seed, float) and seed.is_integer() else seed,
-                                    reasoning_mode=mode, advance=False), client_of(request))
+                                    seed=seed, reasoning_mode=mode, advance=False), client_of(request))
     with game.lock:
         yield (game.id, *_game_outputs(view(game)))
         for state in agent_replies(game, previews=True):  # a model's reply shown while it is written
@@ -648,10 +647,11 @@ def _evaluation_tab(demo: gr.Blocks) -> None:
                     "the expert and the oracle ceiling where the study has a scripted floor: (a) the other product "
                     "source, (b) the seller persona no training stage saw, (c) the adversarial personas pooled, (d) a "
                     "frozen LLM seller (SmolLM2 taught the seller's side).\n\n" + F.provenance_line(gen, "eval_generalisation.json"))
-        gr.Dataframe(F.generalisation_table(), headers=F.GENERALISATION_COLUMNS, interactive=False, wrap=True,
+        studies = F.generalisation_table()
+        gr.Dataframe(studies, headers=F.GENERALISATION_COLUMNS, interactive=False, wrap=True,
                      max_height=100_000, column_widths=["34%", "14%", "10%", "7%", "7%", "12%", "6%", "5%", "5%"],
                      elem_id="generalisation-table", label="Rows", elem_classes=["wide-only"])
-        narrow_table(F.generalisation_table(), F.GENERALISATION_COLUMNS, (0, 1, 4, 5), ["38%", "24%", "15%", "23%"],
+        narrow_table(studies, F.GENERALISATION_COLUMNS, (0, 1, 4, 5), ["38%", "24%", "15%", "23%"],
                      "generalisation-table-narrow", label="Rows (key columns)")
     for comp in (eval_file, eval_seller):
         comp.change(ui_eval, [eval_file, eval_seller], outs, api_visibility="private")
@@ -667,10 +667,11 @@ def _training_tab() -> None:
     gr.Plot(F.sft_loss(), label="SFT", elem_id="training-sft", elem_classes=["wide-only"])
     gr.Plot(F.rl_rewards(), label="RL reward", elem_id="training-rl", elem_classes=["wide-only"])
     gr.Plot(F.rl_phases(), label="behaviour per RL step", elem_id="training-phases", elem_classes=["wide-only"])
-    gr.Dataframe(F.pipeline_table(), headers=["stage", "wall time (s)", "command"], max_height=6000,
+    stages = F.pipeline_table()
+    gr.Dataframe(stages, headers=["stage", "wall time (s)", "command"], max_height=6000,
                  column_widths=["12%", "10%", "78%"], elem_id="pipeline-table", elem_classes=["wide-only"],
                  label="python training/pipeline.py: stages", interactive=False, wrap=True)
-    narrow_table(F.pipeline_table(), ["stage", "wall time (s)", "command"], (0, 2), ["26%", "74%"],
+    narrow_table(stages, ["stage", "wall time (s)", "command"], (0, 2), ["26%", "74%"],
                  "pipeline-table-narrow", label="python training/pipeline.py: stages")
     gr.Markdown("\n\n".join(F.provenance_line(F.read_artifact(n), n) for n in
                             [*F.SFT_CURVES.values(), *F.RL_CURVES.values(), "pipeline.json"] if F.read_artifact(n)))

@@ -59,15 +59,21 @@ def measured_engine(batch: int, path: Path = MEASURED) -> dict:
     return spec
 
 
+def _chosen(engine: str, batch: int) -> tuple[str, dict]:
+    """The engine asked for (``$HAGGLE_ENGINE`` first) and its spec: the measured one for ``batch`` rows when
+    ``auto``."""
+    engine = os.environ.get(ENV_VAR) or engine
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine, measured_engine(batch) if engine == "auto" else {"engine": engine}
+
+
 def generation_backend(model, tokenizer, sampling=None, engine: str = "auto", batch: int = 1):
     """A token backend for a model that only generates: the engine named, or the measured one for
     ``batch`` rows (``auto``); transformers when the engine cannot run here (said once in the log)."""
     from training.engine.backends import TransformersBackend  # noqa: PLC0415
 
-    engine = os.environ.get(ENV_VAR) or engine
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    spec = measured_engine(batch) if engine == "auto" else {"engine": engine}
+    _, spec = _chosen(engine, batch)
     if spec["engine"] == "llamacpp" and model.device.type == "cpu":
         from training.engine.export import EngineUnavailable  # noqa: PLC0415
         from training.engine.llamacpp import LlamaCppBackend  # noqa: PLC0415
@@ -93,10 +99,7 @@ def checkpoint_backend(name: str, sampling=None, engine: str = "auto", batch: in
     the backend opens that GGUF with the tokenizer alone: no transformers load, no LoRA merge (seconds a start)."""
     from training.engine.models import checkpoint_key, load_model, load_tokenizer  # noqa: PLC0415
 
-    engine = os.environ.get(ENV_VAR) or engine
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    spec = measured_engine(batch) if engine == "auto" else {"engine": engine}
+    engine, spec = _chosen(engine, batch)
     key = checkpoint_key(name) if spec["engine"] == "llamacpp" else None
     precision = spec.get("compute_type", "float32")
     if key:

@@ -112,12 +112,17 @@ def export(model, tokenizer, precision: str = "float32", cache: Path | None = No
     return path
 
 
+def _record(key: str, precision: str, cache: Path) -> Path:
+    """Where the export of the checkpoint whose files have ``key`` is recorded (a path relative to ``cache``)."""
+    return cache / "by-checkpoint" / f"{key[:32]}-{OUTTYPES[precision]}.txt"
+
+
 def recorded_export(key: str, precision: str = "float32", cache: Path | None = None) -> Path | None:
     """The GGUF exported earlier for the checkpoint whose files have ``key`` (``models.checkpoint_key``), if any:
     a model seat opens it without loading the checkpoint into transformers first."""
-    record = Path(cache or CACHE) / "by-checkpoint" / f"{key[:32]}-{OUTTYPES[precision]}.txt"
+    cache = Path(cache or CACHE)
     try:
-        path = Path(cache or CACHE) / record.read_text().strip()
+        path = cache / _record(key, precision, cache).read_text().strip()
     except OSError:
         return None
     return path if path.is_file() else None
@@ -126,11 +131,11 @@ def recorded_export(key: str, precision: str = "float32", cache: Path | None = N
 def record_export(key: str, path: Path, precision: str = "float32", cache: Path | None = None) -> None:
     """Remember that the checkpoint whose files have ``key`` exports to ``path`` (``recorded_export``)."""
     cache = Path(cache or CACHE)
-    folder = cache / "by-checkpoint"
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{key[:32]}-{os.getpid()}-{threading.get_ident()}.tmp"
+    record = _record(key, precision, cache)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_name(f".{record.name}-{os.getpid()}-{threading.get_ident()}.tmp")
     tmp.write_text(str(Path(path).relative_to(cache)))
-    os.replace(tmp, folder / f"{key[:32]}-{OUTTYPES[precision]}.txt")
+    os.replace(tmp, record)  # atomic: a reader sees the old record or the new one
 
 
 class LlamaCppBackend:

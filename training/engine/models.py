@@ -173,9 +173,8 @@ def _load_model(name: str, device: str | None, dtype: str, trainable: bool, merg
     from transformers.models.auto.modeling_auto import AutoModelForCausalLM  # noqa: PLC0415
     from transformers.models.auto.tokenization_auto import AutoTokenizer  # noqa: PLC0415
 
-    path = resolve_model_path(name)
+    path, base = _path_and_base(name)
     adapter = Path(path, "adapter_config.json")
-    base = json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
     tokenizer = _tokenizer(AutoTokenizer, path, base)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
@@ -188,6 +187,13 @@ def _load_model(name: str, device: str | None, dtype: str, trainable: bool, merg
     model = model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def _path_and_base(name: str) -> tuple[str, str]:
+    """Where ``name`` loads from, and its base as its adapter config names it (the folder itself without one)."""
+    path = resolve_model_path(name)
+    adapter = Path(path, "adapter_config.json")
+    return path, json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
 
 
 def _tokenizer(auto, path: str, base: str):
@@ -203,9 +209,7 @@ def load_tokenizer(name: str):
     """The tokenizer ``load_model`` gives with the model (left padding, a pad token), without loading weights."""
     from transformers.models.auto.tokenization_auto import AutoTokenizer  # noqa: PLC0415
 
-    path = resolve_model_path(name)
-    adapter = Path(path, "adapter_config.json")
-    base = json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else path
+    path, base = _path_and_base(name)
     with _LOAD_LOCK:
         return _tokenizer(AutoTokenizer, path, base)
 
@@ -225,16 +229,10 @@ def checkpoint_key(name: str) -> str | None:
     """A key of what ``load_model(name)`` would load, read from the files and never from loaded weights: the files
     of the folder and, for an adapter, of its base folder (their contents; a file over 64 MiB, a base's weights, by
     size and modification time). None for a model that is not a folder here (a Hub id): no key without files."""
-    path = Path(resolve_model_path(name))
-    if not path.is_dir():
+    path, base = _path_and_base(name)
+    folders = [Path(path)] + ([Path(resolve_model_path(base))] if base != path else [])
+    if not all(f.is_dir() for f in folders):
         return None
-    folders = [path]
-    adapter = path / "adapter_config.json"
-    if adapter.is_file():
-        base = Path(resolve_model_path(json.loads(adapter.read_text())["base_model_name_or_path"]))
-        if not base.is_dir():
-            return None
-        folders.append(base)
     digest = hashlib.sha256()
     for folder in folders:
         for f in sorted(q for q in folder.iterdir() if q.is_file() and _loaded_file(q.name)):
