@@ -47,7 +47,8 @@ class MarketObservation(Observation):
 
     view: dict = Field(default_factory=dict, description=(
         "the lab's own view (MarketEnv.observe): money, jobs, blocks, the public market, offers and coalitions "
-        "involving it, and the events delivered since its previous view"))
+        "involving it, the events delivered since its previous view, and the moves open to it now (ids filled "
+        "in; free fields null)"))
     last: Optional[dict] = Field(default=None, description="the result of your previous action: ok, code, detail")
     total_reward: float = Field(default=0.0, description="lab 0's reward so far in this episode")
     outcome: Optional[dict] = Field(default=None, description="lab 0's reward terms and outcome, once it has ended")

@@ -24,6 +24,7 @@ from env.market import rules
 from env.market.actions import ACTION_DOCS, EXAMPLES, MAX_ACTION_CHARS, Invalid, parse_action
 from env import settings
 from env.market.evaluation import transcript
+from env.market.moves import render_move
 from env.market.play import MarketMatch
 from env.market.players import POLICIES, make_policy
 from env.market.world import ACTIONS_PER_TURN, ARCHETYPES, LOT_PRICE, SPOT_PRICE, TASKS
@@ -457,6 +458,9 @@ def person_markdown(state: dict) -> str:
     if o["coalitions"]:
         lines.append("\n##### Coalitions\n" + "; ".join(f"{c['id']} for {c['lot']}: {c['status']}, members "
                                                      f"{', '.join(c['members'])}" for c in o["coalitions"]))
+    if o.get("moves"):
+        lines.append("\n##### Moves open to you\nWrite one as a JSON action, with your price for `P` and your words "
+                     "for `T`:\n" + "\n".join(f"- `{render_move(m)}`" for m in o["moves"]))
     if state["events"]:
         lines.append("\n##### What you have seen\n" + "\n".join(f"- {event_sentence(e)}"
                                                                  for e in state["events"][-12:]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -10,7 +11,9 @@ import app
 from env.market import TASKS, make_policy, play_market
 from env.market.evaluation import summarize
 from env.market.play import seat_rng
-from space.market import HUMAN, MarketSessions, card_markdown, from_one, human_action, rounds_markdown, view
+from env.market.moves import render_move
+from space.market import (HUMAN, MarketSessions, card_markdown, from_one, human_action, person_markdown,
+                          rounds_markdown, view)
 from space.sessions import GameError
 
 
@@ -109,6 +112,18 @@ def test_unreadable_person_actions_are_refused_without_a_penalty(action, match):
         store.act(state["session_id"], action)
     after = store.state(state["session_id"])
     assert after["your_steps"] == [] and after["observation"]["money"] == state["observation"]["money"]
+
+
+def test_a_person_sees_the_moves_open_to_them_and_a_copied_move_is_played():
+    """The person's page lists the moves the model lab reads (the same lines), and one written as JSON is played."""
+    store = MarketSessions()
+    state = store.start(task="market_round", policy=HUMAN, seed=3)
+    moves = state["observation"]["moves"]
+    assert re.findall(r"^- `(.+)`$", person_markdown(state), re.M) == [render_move(m) for m in moves]
+    allocate = next(m["move"] for m in moves if m["move"]["action"] == "allocate")
+    state = store.act(state["session_id"], json.dumps(allocate))
+    assert state["your_steps"][-1]["code"] == "ok"
+    assert allocate not in [m["move"] for m in state["observation"]["moves"]]
 
 
 def test_a_well_formed_action_the_rules_refuse_is_played_and_penalised():

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 import env.market.rules as rules
 from env.market.actions import LAB_ID, Invalid, parse_action, validate
 from env.market.judge import Judge, PitchFacts, RubricJudge
+from env.market.moves import legal_moves
 from env.market.rules import EPS
 from env.market.view import CoalitionView, MarketView
 from env.market.world import ACTIONS_PER_TURN, PROVIDER, Block, World, make_world
 from env.text import json_safe, valid_text
-
 
 
 @dataclass(slots=True)
@@ -582,11 +582,11 @@ class MarketEnv:
     def observe(self, lab: int) -> MarketView:
         """Lab ``lab``'s view: its own money, jobs and blocks; the public market (blocks on offer by
         owner, spot price and stock, lots, reputations, coalitions, open offers involving it); and
-        what happened since it last acted (``events``). Nothing private of another lab, and no side
-        effect: a view can be taken any number of times."""
+        what happened since it last acted (``events``); the moves open to it now (``moves``, ids filled
+        in). Nothing private of another lab, and no side effect: a view can be taken any number of times."""
         w = self.world
         me = w.labs[lab]
-        return {
+        view: MarketView = {
             "task": w.task.name, "round": self.round, "rounds": w.task.rounds, "you": me.name,
             "actions_left": self._left if self.to_move == lab else 0, "money": round(me.money, 2),
             "reputation": me.reputation,
@@ -608,7 +608,10 @@ class MarketEnv:
             "coalitions": [self.coalition_view(c) for c in self.coalitions.values()
                            if c.status == "forming" or lab in c.members],
             "events": self.events[lab][self.seen[lab]:],
+            "moves": [],
         }
+        view["moves"] = legal_moves(view)
+        return view
 
     def outcome(self, lab: int) -> dict:
         t = self.terms[lab]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from typing import Callable
 
 from env.bargain.evaluation import Z95, _mean
@@ -14,6 +15,7 @@ from env.market.play import play_market
 from env.market.players import MarketPlayer
 
 MARKET_EVAL_SEED_BASE = 1_000_000  # training draws its seeds below this
+PASSIVE = ("wait", "finish")  # the actions that do nothing in the market
 
 
 def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
@@ -28,6 +30,8 @@ def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
         for kind in {s["kind"] for s in e.shocks_hit}:
             shocks.setdefault(kind, []).append(r)
     in_coalition = [any(c.status == "bought" and 0 in c.shares for c in e.coalitions.values()) for e in envs]
+    own = [s for e in envs for s in e.transcript if s["lab"] == 0]
+    refused = Counter(s["code"] for s in own if s["code"] != "ok")
     return {
         "policy": policy, "task": task, "split": "test", "episodes": n,
         "reward_mean": mean, "reward_std": std, "reward_ci95": [mean - half, mean + half],
@@ -39,6 +43,12 @@ def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
         "pitches_mean": sum(o["pitches"] for o in outs) / n,
         "pitch_score_mean": _mean([o.verdict.score for e in envs for o in e.offers.values() if o.text and o.frm == 0]),
         "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
+        # lab 0's actions per game, and those that act (not wait or finish, carried out or refused); each refusal
+        # reason's share of its actions
+        "actions_mean": len(own) / n,
+        "acts_mean": sum(not (isinstance(s["action"], dict) and s["action"].get("action") in PASSIVE)
+                         for s in own) / n,
+        "refused_by_code": {code: k / max(1, len(own)) for code, k in refused.most_common()},
         "spot_hours_mean": sum(o["spot_hours"] for o in outs) / n,
         "terms_mean": {k: sum(o["terms"][k] for o in outs) / n for k in outs[0]["terms"]},
         "outcome_mean": sum(o["outcome"] for o in outs) / n,

@@ -11,9 +11,11 @@ from env.core import LeakError
 from env.market import rules
 from env.market.actions import EXAMPLES
 from env.market.env import MarketEnv, MarketStep
+from env.market.moves import legal_moves, render_move
 from env.market.world import ACTIONS_PER_TURN, TASKS
 
 LAB = "lab0"  # the seat a model plays
+MOVES_HEAD = "Moves open to you:"
 FORMATS = {
     "option_a": "Reply with exactly one JSON object: the action, nothing else.",
     "option_b": "Think inside <think>...</think> (private), then reply with exactly one JSON object: the action.",
@@ -30,6 +32,8 @@ def market_system_prompt(obs: dict, reasoning_mode: str = "option_a") -> str:
             f"${rules.INVALID_PENALTY:g} per refused action) / your total job value. Other labs trade only when it "
             f"pays them. Up to {ACTIONS_PER_TURN} actions per round; wait ends your turn.\n{FORMATS[reasoning_mode]}\n"
             f"Actions (examples; use ids from your view):\n{actions}\n"
+            f"Each message ends with the moves open to you, ids filled in: write one as a JSON action, with your "
+            f"price for P and your words for T (hours may be changed).\n"
             f"Task {t.name}: {t.description} {t.rounds} rounds. You are {obs['you']}.")
 
 
@@ -46,9 +50,9 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
     if last is not None:
         lines.append(f"Your last action: {'ok' if last.ok else 'REFUSED ' + last.code}: {last.detail}")
     if obs["events"]:
-        lines.append("Events: " + "; ".join(json.dumps(e, separators=(",", ":")) for e in obs["events"]))
+        lines.append("Events: " + "; ".join(map(event_text, obs["events"])))
     if last is not None and obs["actions_left"] < ACTIONS_PER_TURN:
-        return "\n".join(lines)
+        return "\n".join(lines + _moves(obs))
     lines.append(f"Money ${obs['money']:.2f}, reputation {obs['reputation']:.2f}.")
     lines.append("Your jobs: " + "; ".join(
         f"{j['id']} {j['hours']:g}h ({j['done']:g} done) by round {_r(j['deadline'])} worth ${j['value']:g}, "
@@ -61,8 +65,7 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
                                                f"{_r(b['start'])}" for b in other) or "none"))
     lots = "; ".join(f"{x['id']} {x['hours']:g}h for ${x['price']:g} from round {_r(x['start'])}" for x in m["lots"])
     lines.append(f"Spot {m['spot_hours']:g}h at ${m['spot_price']:g}/h, energy ${m['energy_price']:g}."
-                 + (f" Lots (sold only to a coalition of {m['lots'][0]['min_members']}+ paying labs): {lots}."
-                    if lots else ""))
+                 + (f" Lots (for coalitions): {lots}." if lots else ""))
     if obs["offers"]:
         lines.append("Open offers: " + "; ".join(
             f"{o['id']} {o['from']}->{o['to']} {o['side']} {o['hours']:g}h of {o['block']} for ${o['price']:g}"
@@ -70,9 +73,43 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
     if obs["coalitions"]:
         lines.append("Coalitions: " + "; ".join(
             f"{c['id']} for {c['lot']} by {c['proposer']}, {c['status']}, members {','.join(c['members'])}, shares "
-            f"{json.dumps(c['shares'], separators=(',', ':'))}, committed {','.join(c['committed']) or 'none'}"
+            f"{_shares(c['shares'])}, committed {','.join(c['committed']) or 'none'}"
             for c in obs["coalitions"]))
-    return "\n".join(lines)
+    return "\n".join(lines + _moves(obs))
+
+
+def _shares(shares: dict) -> str:
+    return ",".join(f"{lab} {h:g}h" for lab, h in shares.items()) or "none"
+
+
+def event_text(e: dict) -> str:
+    """One event in a few words (a lab reads many each round): ``o11 lab2->lab0 sell 80h of b8 for $184``,
+    ``deal o4: lab3 sold 80h to lab2 for $112 (b8)``, ``c1 lab1 joined for 115 GPU-hours``."""
+    kind = e.get("type")
+    if kind == "offer":
+        return (f"{e['id']} {e['from']}->{e['to']} {e['side']} {e['hours']:g}h of {e['block']} for ${e['price']:g}"
+                + (f" (pitch, score {e['score']:.2f})" if e.get("kind") == "pitch" else ""))
+    if kind == "deal":
+        return (f"deal {e['offer']}: {e['seller']} sold {e['hours']:g}h to {e['buyer']} for ${e['price']:g} "
+                f"({e['block']})")
+    if kind == "rejected":
+        return f"{e['by']} rejected {e['offer']}"
+    if kind == "shock":
+        rest = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in e.items()
+                         if k not in ("type", "kind", "round"))
+        return f"shock {e['kind']}" + (f" ({rest})" if rest else "")
+    if kind == "coalition":
+        if e["status"] in ("proposed", "forming"):
+            return f"{e['id']} proposed by {e['proposer']} for {e['lot']}, members {','.join(e['members'])}"
+        split = f", split {_shares(e['split'])}" if e.get("split") else ""
+        return f"{e['id']} {e['status']}{split}" + (f", fine ${e['fine']:g}" if e.get("fine") else "")
+    return json.dumps(e, separators=(",", ":"))
+
+
+def _moves(obs: dict) -> list[str]:
+    """The moves open to the lab now (``env.market.moves``), one short line each."""
+    moves = obs["moves"] if "moves" in obs else legal_moves(obs)
+    return [MOVES_HEAD, *map(render_move, moves)]
 
 
 def assert_market_no_leak(text: str, env: MarketEnv, lab: int = 0) -> str:

@@ -62,9 +62,17 @@ class CoalitionView(TypedDict):
     status: str
 
 
+class MoveView(TypedDict):
+    """One move open to the lab (``env.market.moves``): the action with its free fields (price, a pitch's
+    text) None, and a note on what it costs or what its hours are worth at spot ('' when none)."""
+
+    move: dict
+    note: str
+
+
 class MarketView(TypedDict):
     """One lab's view: its own money, jobs and blocks; the public market; the offers and coalitions
-    that involve it; the events delivered to it since it last acted."""
+    that involve it; the events delivered to it since it last acted; the moves open to it now."""
 
     task: str
     round: int
@@ -80,3 +88,4 @@ class MarketView(TypedDict):
     offers: list[OfferView]
     coalitions: list[CoalitionView]
     events: list[dict]
+    moves: list[MoveView]  # the moves open to it now, ids filled in (empty when it is not its turn)

@@ -138,6 +138,9 @@ def record_export(key: str, path: Path, precision: str = "float32", cache: Path 
     os.replace(tmp, record)  # atomic: a reader sees the old record or the new one
 
 
+MAX_CONTEXT = 8192  # tokens a sequence may hold at most (SmolLM2's trained context: a market game runs to ~8k)
+
+
 class LlamaCppBackend:
     """``generate_ids`` on a llama.cpp context of the model's weights (exported on construction).
 
@@ -164,9 +167,10 @@ class LlamaCppBackend:
         self._warpers = logits_warpers(self.sampling)
         self.model = model  # transformers' copy (None when opened from a GGUF): what an RL trainer updates
         self.threads = threads or os.cpu_count() or 1
-        self.slots, self.batched = slots, batched
-        self.context = context or (min(getattr(model.config, "max_position_embeddings", 4096) or 4096, 4096)
-                                   if model is not None else 0)  # from a GGUF: its trained context, read on opening
+        self.slots, self.batched, self.precision = slots, batched, precision
+        # from a GGUF (no model): its trained context, read on opening
+        self.context = context or (min(getattr(model.config, "max_position_embeddings", 0) or MAX_CONTEXT,
+                                       MAX_CONTEXT) if model is not None else 0)
         self.path = Path(gguf) if gguf is not None else export(model, tokenizer, precision, cache)
         self._open()
         self.calls = 0
@@ -178,11 +182,15 @@ class LlamaCppBackend:
         if not self._model:
             raise EngineUnavailable(f"llama.cpp could not load {self.path}; use the transformers backend")
         if not self.context:
-            self.context = min(lib.llama_model_n_ctx_train(self._model) or 4096, 4096)
+            self.context = min(lib.llama_model_n_ctx_train(self._model) or MAX_CONTEXT, MAX_CONTEXT)
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_seq_max = self.context * self.slots, self.slots
         params.n_batch = params.n_ubatch = BATCH_TOKENS
         params.n_threads = params.n_threads_batch = self.threads
+        if self.precision == "float32":
+            # llama.cpp's flash attention (its CPU default) sums in half precision: a near-tie in a long context
+            # flips (a 0.015 logit gap after 1,900 tokens); fp32 is asked for transformers' greedy tokens
+            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = lib.llama_init_from_model(self._model, params)
         if not self._ctx:
             lib.llama_model_free(self._model)

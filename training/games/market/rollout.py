@@ -16,12 +16,12 @@ log-probs, the reward (lab 0's outcome over its total job value) and the finishe
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from env.market.env import MarketEnv, MarketStep
 from env.market.evaluation import transcript
+from env.market.moves import action_text
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
 from env.market.prompts import LAB, assert_market_no_leak, market_system_prompt, market_user_message
@@ -78,7 +78,7 @@ def play_market_episodes(episodes: Sequence[tuple[str, int]], policy: PolicySpec
         push_lab_turn(seat, obs, last.get(i), env)
         if seat.teacher is not None:  # in option_b an empty think block first, as Qwen3 writes when not thinking
             think = "<think>\n\n</think>\n\n" if seat.agent.reasoning_mode == "option_b" else ""
-            return seat.write(think + json.dumps(seat.teacher.act(obs)))
+            return seat.write(think + action_text(seat.teacher.act(obs)))
         return seat
 
     def answer(i: int, text: str) -> None:
