@@ -5,8 +5,8 @@ right; a SmolLM2 buyer was seen writing "Ask $150.00 vs budget $155.19: over bud
 under its budget. This module reads the comparisons a Thought states, in the form the expert writes them
 ("Ask $175.00 vs budget $170.00: ...: over budget.") and in plain variants ("ask of $90 is within my budget of
 $120", "the offer $X vs budget $Y: under budget"), and checks each against the truth of that turn: the price it
-names must be the standing ask (or the buyer's own last offer, for an offer), the budget the buyer's budget, and
-the verdict ("over" / "within") must follow from the two.
+names must be the standing ask (or, for an offer, the buyer's offer: the one its move makes this turn, else its
+standing one), the budget the buyer's budget, and the verdict ("over" / "within") must follow from the two.
 
 ``claims(text)`` reads the claims; ``check(text, ask, budget, offer=None)`` scores one Thought. Text that states no
 comparison has no claims (nothing to be wrong about). Any string is accepted (the parser is fuzzed).

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import env.bargain.rules as rules
+from env.bargain import consistency
 from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER
 from env.bargain.sources import Scenario
@@ -88,6 +89,9 @@ class EpisodeMetrics(NamedTuple):
     seller_blocked: int
     end_reason: str
     mutual_interest: bool
+    # the ask/offer-vs-budget comparisons the buyer's Thoughts state, and how many are true (env.bargain.consistency)
+    thought_claims: int = 0
+    thought_claims_true: int = 0
 
     def to_dict(self) -> dict:
         return self._asdict()
@@ -139,6 +143,7 @@ class BargainEnv:
         self.format_errors = 0
         self.invalid_moves = 0
         self.seller_blocked = 0
+        self.thought_claims = self.thought_claims_true = 0
         self.done = False
         self.end_reason: str | None = None
         self.price: float | None = None
@@ -174,6 +179,12 @@ class BargainEnv:
             entry["raw"] = valid_text(reply[:500])
         self.log.append(entry)
         info = {"role": role, "error": error, "error_kind": kind, "action": entry["action"]}
+        if role == BUYER and parsed.thought:  # checked against this turn's truth, before the move changes it
+            own = parsed.action.price if parsed.action is not None and parsed.action.kind == BUY \
+                else self.offers[BUYER]  # the offer it makes now, or its standing one
+            stated = consistency.check(parsed.thought, self.offers[SELLER], self._private[BUYER], own)
+            self.thought_claims += stated["claims"]
+            self.thought_claims_true += stated["true"]
         if role == BUYER:
             self._buyer_move(parsed.talk, parsed.action, error, kind)
         else:
@@ -254,6 +265,8 @@ class BargainEnv:
             seller_blocked=self.seller_blocked,
             end_reason=self.end_reason or "running",
             mutual_interest=s.mutual_interest,
+            thought_claims=self.thought_claims,
+            thought_claims_true=self.thought_claims_true,
         )
 
     def transcript(self) -> dict:

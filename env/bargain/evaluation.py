@@ -36,7 +36,8 @@ def summarize(metrics: Sequence[EpisodeMetrics]) -> dict:
     if n == 0:
         return {"episodes": 0, "reward_mean": None, "reward_std": None, "reward_ci95": None, "deal_rate": None,
                 "bargained_ratio": None, "first_offer_ratio": None, "overshoot_rate": None,
-                "format_error_rate": None, "invalid_move_rate": None, "turns_mean": None, "end_reasons": {}}
+                "format_error_rate": None, "invalid_move_rate": None, "turns_mean": None, "end_reasons": {},
+                "thought_claims": 0, "thought_consistency": None}
     rewards = [m.reward for m in metrics]
     mean = sum(rewards) / n
     std = statistics.stdev(rewards) if n > 1 else 0.0
@@ -54,7 +55,16 @@ def summarize(metrics: Sequence[EpisodeMetrics]) -> dict:
         "invalid_move_rate": sum(m.invalid_moves > 0 for m in metrics) / n,
         "turns_mean": sum(m.turns for m in metrics) / n,
         "end_reasons": dict(sorted(Counter(m.end_reason for m in metrics).items())),
+        **thought_consistency(metrics),
     }
+
+
+def thought_consistency(metrics: Sequence[EpisodeMetrics]) -> dict:
+    """``thought_claims``: the ask/offer-vs-budget comparisons the buyer's Thoughts stated in these episodes;
+    ``thought_consistency``: the share of them that were true (None when none was stated)."""
+    claims = sum(m.thought_claims for m in metrics)
+    return {"thought_claims": claims,
+            "thought_consistency": sum(m.thought_claims_true for m in metrics) / claims if claims else None}
 
 
 def summarize_row(metrics: Sequence[EpisodeMetrics], **labels) -> dict:

@@ -18,6 +18,15 @@ MARKET_EVAL_SEED_BASE = 1_000_000  # training draws its seeds below this
 PASSIVE = ("wait", "finish")  # the actions that do nothing in the market
 
 
+def lab_actions(env: MarketEnv, lab: int = 0) -> dict:
+    """A lab's actions in a game: how many, how many act (not wait or finish; carried out or refused), and the
+    refusals by reason code."""
+    own = [s for s in env.transcript if s["lab"] == lab]
+    return {"actions": len(own),
+            "acts": sum(not (isinstance(s["action"], dict) and s["action"].get("action") in PASSIVE) for s in own),
+            "refused": dict(Counter(s["code"] for s in own if s["code"] != "ok"))}
+
+
 def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
     outs = [e.outcome(0) for e in envs]
     rewards = [o["reward"] for o in outs]
@@ -30,8 +39,9 @@ def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
         for kind in {s["kind"] for s in e.shocks_hit}:
             shocks.setdefault(kind, []).append(r)
     in_coalition = [any(c.status == "bought" and 0 in c.shares for c in e.coalitions.values()) for e in envs]
-    own = [s for e in envs for s in e.transcript if s["lab"] == 0]
-    refused = Counter(s["code"] for s in own if s["code"] != "ok")
+    played = [lab_actions(e) for e in envs]
+    actions = sum(p["actions"] for p in played)
+    refused = sum((Counter(p["refused"]) for p in played), Counter())
     return {
         "policy": policy, "task": task, "split": "test", "episodes": n,
         "reward_mean": mean, "reward_std": std, "reward_ci95": [mean - half, mean + half],
@@ -45,10 +55,9 @@ def summarize(task: str, policy: str, envs: list[MarketEnv]) -> dict:
         "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
         # lab 0's actions per game, and those that act (not wait or finish, carried out or refused); each refusal
         # reason's share of its actions
-        "actions_mean": len(own) / n,
-        "acts_mean": sum(not (isinstance(s["action"], dict) and s["action"].get("action") in PASSIVE)
-                         for s in own) / n,
-        "refused_by_code": {code: k / max(1, len(own)) for code, k in refused.most_common()},
+        "actions_mean": actions / n,
+        "acts_mean": sum(p["acts"] for p in played) / n,
+        "refused_by_code": {code: k / max(1, actions) for code, k in refused.most_common()},
         "spot_hours_mean": sum(o["spot_hours"] for o in outs) / n,
         "terms_mean": {k: sum(o["terms"][k] for o in outs) / n for k in outs[0]["terms"]},
         "outcome_mean": sum(o["outcome"] for o in outs) / n,

@@ -16,6 +16,7 @@ from env.market.world import ACTIONS_PER_TURN, TASKS
 
 LAB = "lab0"  # the seat a model plays
 MOVES_HEAD = "Moves open to you:"
+PITCH_CHARS = 160  # a pitch's words as an event shows them (the rest is cut: a lab reads many events a round)
 FORMATS = {
     "option_a": "Reply with exactly one JSON object: the action, nothing else.",
     "option_b": "Think inside <think>...</think> (private), then reply with exactly one JSON object: the action.",
@@ -32,8 +33,9 @@ def market_system_prompt(obs: dict, reasoning_mode: str = "option_a") -> str:
             f"${rules.INVALID_PENALTY:g} per refused action) / your total job value. Other labs trade only when it "
             f"pays them. Up to {ACTIONS_PER_TURN} actions per round; wait ends your turn.\n{FORMATS[reasoning_mode]}\n"
             f"Actions (examples; use ids from your view):\n{actions}\n"
-            f"Each message ends with the moves open to you, ids filled in: write one as a JSON action, with your "
-            f"price for P and your words for T (hours may be changed).\n"
+            f"A lot is sold only to a coalition of {rules.LOT_MIN_MEMBERS}+ paying labs. Each message ends with the "
+            f"moves open to you, ids filled in: write one as a JSON action, with your price for P and your words for T "
+            f"(hours may be changed).\n"
             f"Task {t.name}: {t.description} {t.rounds} rounds. You are {obs['you']}.")
 
 
@@ -87,8 +89,13 @@ def event_text(e: dict) -> str:
     ``deal o4: lab3 sold 80h to lab2 for $112 (b8)``, ``c1 lab1 joined for 115 GPU-hours``."""
     kind = e.get("type")
     if kind == "offer":
-        return (f"{e['id']} {e['from']}->{e['to']} {e['side']} {e['hours']:g}h of {e['block']} for ${e['price']:g}"
-                + (f" (pitch, score {e['score']:.2f})" if e.get("kind") == "pitch" else ""))
+        text = f"{e['id']} {e['from']}->{e['to']} {e['side']} {e['hours']:g}h of {e['block']} for ${e['price']:g}"
+        if e.get("kind") != "pitch":
+            return text
+        words = " ".join(str(e.get("text", "")).split())
+        words = words if len(words) <= PITCH_CHARS else words[:PITCH_CHARS - 1] + "…"
+        reasons = "; ".join(map(str, e.get("reasons") or []))
+        return f'{text} (pitch "{words}", score {e["score"]:.2f}' + (f": {reasons})" if reasons else ")")
     if kind == "deal":
         return (f"deal {e['offer']}: {e['seller']} sold {e['hours']:g}h to {e['buyer']} for ${e['price']:g} "
                 f"({e['block']})")

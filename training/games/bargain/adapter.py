@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
-from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row
+from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row, thought_consistency
 from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.sources import (
@@ -88,7 +88,8 @@ class BargainGame:
                 "first_offer_ratio": statistics.fmean(firsts) if firsts else None,
                 "turns_mean": statistics.fmean(r.metrics["turns"] for r in records),
                 "format_error_rate": statistics.fmean(r.metrics["format_errors"] > 0 for r in records),
-                "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records)}
+                "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
+                **thought_consistency([EpisodeMetrics(**r.metrics) for r in records])}
 
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained

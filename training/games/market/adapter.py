@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -78,11 +79,17 @@ class MarketGame:
 
     @staticmethod
     def step_stats(records) -> dict:
+        """What a GRPO step logs beyond the reward spread: deals, jobs done, refusals (all, and by reason), and how
+        much the lab acts (a lab drifting to waiting shows in ``acts_mean`` first)."""
         outs = [r.metrics for r in records]
+        actions = max(1, sum(o["actions"] for o in outs))
+        refused = sum((Counter(o.get("refused_by_code", {})) for o in outs), Counter())
         return {"deal_rate": statistics.fmean(o["deals"] > 0 for o in outs),
                 "job_completion_rate": sum(o["jobs_completed"] for o in outs) / max(1, sum(o["jobs"] for o in outs)),
-                "invalid_rate": sum(o["invalid"] for o in outs) / max(1, sum(o["actions"] for o in outs)),
-                "actions_mean": statistics.fmean(o["actions"] for o in outs)}
+                "invalid_rate": sum(o["invalid"] for o in outs) / actions,
+                "refused_by_code": {code: k / actions for code, k in refused.most_common()},
+                "actions_mean": statistics.fmean(o["actions"] for o in outs),
+                "acts_mean": statistics.fmean(o.get("acts", o["actions"]) for o in outs)}
 
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Market expert games (lab 0) as token streams, exactly as the market rollout engine builds

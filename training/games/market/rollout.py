@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from env.market.env import MarketEnv, MarketStep
-from env.market.evaluation import transcript
+from env.market.evaluation import lab_actions, transcript
 from env.market.moves import action_text
 from env.market.play import MarketMatch, seat_rng
 from env.market.players import MarketPlayer, make_policy
@@ -126,6 +126,8 @@ class LLMLab(MarketPlayer):
 
 def _record(env: MarketEnv, seat, episode: tuple[str, int], name: str, actions: list) -> MarketRecord:
     out = env.outcome(0)
-    return MarketRecord(scenario_id=f"{episode[0]}/{episode[1]}", seed=episode[1], reward=out["reward"], metrics=out,
+    own = lab_actions(env)
+    metrics = {**out, "acts": own["acts"], "refused_by_code": own["refused"]}
+    return MarketRecord(scenario_id=f"{episode[0]}/{episode[1]}", seed=episode[1], reward=out["reward"], metrics=metrics,
                         transcript=transcript(env, name), trained_role=LAB, **token_fields(seat), env=env,
                         actions=actions)
