@@ -61,3 +61,24 @@ def test_any_text_is_survived(text, ask, budget):
 def test_text_made_of_the_claims_own_words_is_survived(text):
     for c in claims(text):
         assert c.what in ("ask", "offer") and c.price >= 0 and c.budget >= 0
+
+
+def test_the_environment_scores_each_buyer_thought_against_its_own_turn(scenario):
+    """Budget $160: the buyer's first Thought calls its $90 offer within budget (true), its second calls the
+    standing $170 ask within budget (false); the seller's Thought, which also states a comparison, is not scored;
+    the episode's metrics and the evaluation row carry the counts."""
+    from env.bargain.evaluation import summarize
+    from tests.conftest import reply, run_replies
+
+    env, _ = run_replies(scenario, [
+        reply("[BUY] $90", thought="Offer $90.00 vs budget $160.00: within budget."),
+        reply("[SELL] $170", thought="Ask $170.00 vs budget $1.00: over budget."),
+        reply("[BUY] $95", thought="Ask $170.00 vs budget $160.00: within budget."),
+        reply("[SELL] $150"),
+        reply("[DEAL] $150", thought="no comparison here"),
+    ])
+    m = env.metrics()
+    assert (m.thought_claims, m.thought_claims_true) == (2, 1)
+    row = summarize([m, m])
+    assert row["thought_claims"] == 4 and row["thought_consistency"] == 0.5
+    assert summarize([m._replace(thought_claims=0, thought_claims_true=0)])["thought_consistency"] is None

@@ -152,3 +152,19 @@ def test_evaluation_rows_count_acting_moves_and_each_refusal_reason():
     assert 0 < by["expert"]["acts_mean"] < by["expert"]["actions_mean"]
     shares = by["random_valid"]["refused_by_code"]
     assert shares and abs(sum(shares.values()) - by["random_valid"]["invalid_rate"]) < 1e-9
+
+
+def test_the_grpo_curve_logs_acts_and_refusals_by_reason():
+    """``MarketGame.step_stats`` (a GRPO step's curve point): acts per episode beside all actions, and each
+    refusal reason's share of the step's actions."""
+    from types import SimpleNamespace
+
+    from training.games.market.adapter import MarketGame
+
+    out = {"deals": 0, "jobs_completed": 0, "jobs": 1}
+    records = [SimpleNamespace(metrics={**out, "actions": 4, "invalid": 0, "acts": 0, "refused_by_code": {}}),
+               SimpleNamespace(metrics={**out, "actions": 6, "invalid": 2, "acts": 5,
+                                        "refused_by_code": {"not_owner": 1, "no_money": 1}})]
+    point = MarketGame.step_stats(records)
+    assert point["acts_mean"] == 2.5 and point["actions_mean"] == 5 and point["invalid_rate"] == 0.2
+    assert point["refused_by_code"] == {"not_owner": 0.1, "no_money": 0.1}

@@ -79,6 +79,8 @@ def test_an_untrained_model_plays_every_task_end_to_end(tiny, mode):
         out = rec.metrics
         # the untrained model's replies are not actions: each one refused, penalised, and the game goes on
         assert out["invalid"] <= out["actions"] and out["terms"]["invalid"] == -2.0 * out["invalid"]
+        # what the curve reads: its acts, and its refusals by reason adding up to the refused count
+        assert 0 <= out["acts"] <= out["actions"] and sum(out["refused_by_code"].values()) == out["invalid"]
 
 
 @pytest.mark.slow
