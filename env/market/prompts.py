@@ -70,14 +70,18 @@ def market_user_message(obs: dict, last: MarketStep | None = None) -> str:
                  + (f" Lots (for coalitions): {lots}." if lots else ""))
     if obs["offers"]:
         lines.append("Open offers: " + "; ".join(
-            f"{o['id']} {o['from']}->{o['to']} {o['side']} {o['hours']:g}h of {o['block']} for ${o['price']:g}"
-            + (f" (pitch, score {o['score']:.2f})" if o["pitch"] else "") for o in obs["offers"]))
+            _offer(o) + (f" (pitch, score {o['score']:.2f})" if o["pitch"] else "") for o in obs["offers"]))
     if obs["coalitions"]:
         lines.append("Coalitions: " + "; ".join(
             f"{c['id']} for {c['lot']} by {c['proposer']}, {c['status']}, members {','.join(c['members'])}, shares "
             f"{_shares(c['shares'])}, committed {','.join(c['committed']) or 'none'}"
             for c in obs["coalitions"]))
     return "\n".join(lines + _moves(obs))
+
+
+def _offer(o: dict) -> str:
+    """An offer (the view's, or an offer event) in a few words: ``o11 lab2->lab0 sell 80h of b8 for $184``."""
+    return f"{o['id']} {o['from']}->{o['to']} {o['side']} {o['hours']:g}h of {o['block']} for ${o['price']:g}"
 
 
 def _shares(shares: dict) -> str:
@@ -89,7 +93,7 @@ def event_text(e: dict) -> str:
     ``deal o4: lab3 sold 80h to lab2 for $112 (b8)``, ``c1 lab1 joined for 115 GPU-hours``."""
     kind = e.get("type")
     if kind == "offer":
-        text = f"{e['id']} {e['from']}->{e['to']} {e['side']} {e['hours']:g}h of {e['block']} for ${e['price']:g}"
+        text = _offer(e)
         if e.get("kind") != "pitch":
             return text
         words = " ".join(str(e.get("text", "")).split())
