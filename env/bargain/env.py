@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import env.bargain.rules as rules
-from env.bargain import consistency
+from env.bargain.consistency import check as check_thought
 from env.bargain.protocol import BUY, DEAL, QUIT, REJECT, SELL, Action, one_line, parse_reply
 from env.bargain.rules import BUYER, OTHER, SELLER
 from env.bargain.sources import Scenario
@@ -182,7 +182,7 @@ class BargainEnv:
         if role == BUYER and parsed.thought:  # checked against this turn's truth, before the move changes it
             own = parsed.action.price if parsed.action is not None and parsed.action.kind == BUY \
                 else self.offers[BUYER]  # the offer it makes now, or its standing one
-            stated = consistency.check(parsed.thought, self.offers[SELLER], self._private[BUYER], own)
+            stated = check_thought(parsed.thought, self.offers[SELLER], self._private[BUYER], own)
             self.thought_claims += stated["claims"]
             self.thought_claims_true += stated["true"]
         if role == BUYER:
