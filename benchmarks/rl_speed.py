@@ -183,7 +183,7 @@ def child_engine(model_path: str, episodes: int, continuous: bool) -> dict:
             "mean_reward": sum(r.reward for r in records) / episodes, "weights_dtype": str(next(model.parameters()).dtype)}
 
 
-def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
+def child_grpo(model_path: str, episodes: int, workdir: str, extra: list[str] | None = None) -> dict:
     """One GRPO step of this checkout's training/grpo.py, timed phase by phase with hooks on TRL."""
     from torch import is_grad_enabled as torch_grad  # noqa: PLC0415
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook  # noqa: PLC0415
@@ -247,7 +247,7 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
     import grpo  # noqa: PLC0415  (the checkout's script, as the pipeline runs it)
 
     argv = ["--model_name_or_path", model_path, "--output_dir", f"{workdir}/grpo", "--curve", f"{workdir}/curve.json",
-            "--gradient_accumulation_steps", str(episodes // 4), *GRPO_FLAGS]
+            "--gradient_accumulation_steps", str(episodes // 4), *GRPO_FLAGS, *(extra or [])]
     grpo.main(argv)
     wall = t["end"] - t["start"]
     policy = t["policy"] - t["score"]  # training_step includes the generation batch's scoring (first micro-batch)
@@ -258,13 +258,14 @@ def child_grpo(model_path: str, episodes: int, workdir: str) -> dict:
             "argv": argv}
 
 
-def run_child(root: Path, kind: str, args, continuous: bool = False) -> dict:
+def run_child(root: Path, kind: str, args, continuous: bool = False, flags: str = "") -> dict:
     """This script as a child process in ``root``, importing that checkout's code, running ``child_<kind>``."""
     model = str((ROOT / args.model).resolve()) if (ROOT / args.model).exists() else args.model
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--model", model, "--episodes",
-               str(args.episodes), "--child-out", str(out)] + (["--continuous"] if continuous else [])
+               str(args.episodes), "--child-out", str(out)] + (["--continuous"] if continuous else []) + \
+            ([f"--grpo-flags={flags}"] if flags else [])
         subprocess.run(cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=True)
         return json.loads(out.read_text())
 
@@ -278,16 +279,21 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64, help="decoded tokens of the raw generate measurement")
     ap.add_argument("--compare", default="", help="another checkout (e.g. `git worktree add /tmp/base 034fe2e`) whose "
                     "engine and GRPO step are measured in the same run")
+    ap.add_argument("--grpo-variants", default="", help="GRPO steps of this checkout measured side by side, each with "
+                    "its own flags on top of the step's: 'name=flags;name=flags' (e.g. 'transformers=;llamacpp="
+                    "--rollout_backend llamacpp'), each also against the first in `variant_speedups`; empty: one step "
+                    "of each checkout as it is (a --compare checkout is measured as it is either way)")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out: generate,training,engine,grpo")
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "benchmarks" / "rl.json"))
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default="", help=argparse.SUPPRESS)
     ap.add_argument("--continuous", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--grpo-flags", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:  # inside a checkout: its own code
         with tempfile.TemporaryDirectory() as tmp:
             result = child_engine(args.model, args.episodes, args.continuous) if args.child == "engine" else \
-                child_grpo(args.model, args.episodes, tmp)
+                child_grpo(args.model, args.episodes, tmp, args.grpo_flags.split())
         Path(args.child_out).write_text(json.dumps(result))
         return
     skip = set(filter(None, args.skip.split(",")))
@@ -305,8 +311,20 @@ def main() -> None:
     def save():  # after every part, so a run cut short keeps what it measured
         benchmark_artifact(args.out, config, seeds, start, results)
     roots = {"this": ROOT} | ({"compare": Path(args.compare).resolve()} if args.compare else {})
+    variants = {}
     if "grpo" not in skip:  # first, while this process holds no model: a SmolLM2 GRPO step needs most of 24 GiB
-        results["grpo_step"] = {name: run_child(root, "grpo", args) for name, root in roots.items()}
+        for v in filter(str.strip, args.grpo_variants.split(";")):
+            if "=" not in v:
+                ap.error(f"--grpo-variants: {v!r} is not name=flags")
+            name, flags = v.split("=", 1)
+            variants[name.strip()] = flags.strip()
+        results["grpo_step"] = {}
+        for name, flags in variants.items():  # this checkout, each variant in turn
+            results["grpo_step"][name] = run_child(ROOT, "grpo", args, flags=flags)
+            save()
+        for name, root in roots.items():
+            if not (variants and name == "this"):
+                results["grpo_step"][name] = run_child(root, "grpo", args)
         save()
     model, tok = load_model(args.model, device="cpu")
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -341,6 +359,12 @@ def main() -> None:
                 rooflines["matmul_float32_flops"]
             v["generation_tokens_per_s"] = v["generated_tokens"] / v["generation_s"]
             print(f"grpo {k}: {v}", file=sys.stderr)
+        if variants:  # each variant's step against the first's, phase by phase (the same run, the same machine)
+            first = results["grpo_step"][next(iter(variants))]
+            results["variant_speedups"] = {
+                k: {p: first[p] / v[p] for p in ("step_wall_s", "generation_s", "reference_s",
+                                                  "policy_forward_backward_s") if v[p] and first[p]}
+                for k, v in results["grpo_step"].items()}
         save()
     if args.compare:
         ratios = {}
@@ -348,7 +372,7 @@ def main() -> None:
             new, old = results["engine"]["this_continuous"], results["engine"]["compare"]
             ratios["engine_tokens_per_s"] = new["tokens_per_s"] / old["tokens_per_s"]
             ratios["engine_episodes_per_s"] = new["episodes_per_s"] / old["episodes_per_s"]
-        if "grpo_step" in results:
+        if "this" in results.get("grpo_step", {}):
             new, old = results["grpo_step"]["this"], results["grpo_step"]["compare"]
             ratios["grpo_step_speedup"] = old["step_wall_s"] / new["step_wall_s"]
             ratios.update({f"{p}_speedup": old[p] / new[p] for p in ("generation_s", "reference_s",

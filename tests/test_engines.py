@@ -141,6 +141,51 @@ def test_after_a_training_step_the_reexported_engine_writes_the_new_policys_toke
     assert after == reference and after != before
 
 
+def test_rl_rollouts_on_llamacpp_follow_the_lora_policy_step_by_step(tmp_path):
+    """The RL rollout engine (training/rl/engine.py) samples from the trainer's LoRA policy as it is now: each sync
+    exports the merged weights only when they changed (the last export deleted), each row writes the tokens
+    transformers writes for the merged policy, and the trainer's own model keeps its adapter unmerged."""
+    pytest.importorskip("llama_cpp")
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from training.engine.models import load_model
+    from training.rl.engine import LlamaCppPolicy, merged
+    torch.manual_seed(0)  # the LoRA's random start (init_lora_weights=False): the same draw every run
+    model, tok = load_model("tiny", device="cpu", dtype="float32")
+    policy_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    contexts = game_contexts(tok, "bargain", 4)
+    stop = [tok.eos_token_id]
+
+    def reference():
+        return [c.ids for c in TransformersBackend(merged(policy_model), tok, GREEDY).generate_ids(contexts, 16, stop)]
+
+    def sampled(policy):  # one row a call: llama.cpp's one-row kernels, exact in fp32
+        return [policy.generate_ids([c], 16, stop)[0].ids for c in contexts]
+
+    policy = LlamaCppPolicy(policy_model, tok, GREEDY, "float32", context=2048, cache=tmp_path)
+    with pytest.raises(RuntimeError, match="sync"):
+        policy.generate_ids(contexts[:1], 4, stop)
+    probe = torch.tensor([contexts[0][-32:]])
+    logits = policy_model(input_ids=probe).logits
+    assert policy.sync(rows=4, step=0) and policy.engine.slots == 4
+    first = policy.engine.path
+    before = sampled(policy)
+    assert before == reference()
+    assert isinstance(policy_model, PeftModel) and torch.equal(policy_model(input_ids=probe).logits, logits)
+    assert not policy.sync(rows=4, step=1) and policy.engine.path == first, "unchanged weights: no new export"
+    optimizer = torch.optim.SGD([p for p in policy_model.parameters() if p.requires_grad], lr=0.5)
+    ids = torch.tensor([contexts[0][-64:]])
+    policy_model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    assert policy.sync(rows=4, step=2) and policy.engine.path != first and not first.exists()
+    after = sampled(policy)
+    assert after == reference() and after != before
+    assert policy.exports == 2
+    policy.close()
+    assert not any(tmp_path.glob("*/*.gguf"))
+
+
 def test_an_architecture_ctranslate2_cannot_convert_is_one_clear_error(tmp_path):
     pytest.importorskip("ctranslate2")
     from transformers import GPT2Config, GPT2LMHeadModel

@@ -170,6 +170,10 @@ def test_sft_then_grpo_train_on_the_market(tiny_dir, tmp_path):
     (["--env", "market", "--refusal_weight", "nan"], "must be 0 or more"),
     (["--refusal_weight", "0.1"], "counts none"),  # the bilateral game ends a bad reply at -1: nothing to shape
     (["--env", "market", "--refusal_weight", "0.1", "--reward_weights", "1", "2"], "drop --reward_weights"),
+    (["--env", "market", "--consistency_weight", "0.1"], "checks none"),  # the market scores no Thought
+    (["--consistency_weight", "-0.1"], "must be 0 or more"),
+    (["--consistency_weight", "0.1", "--reward_weights", "1", "2"], "drop --reward_weights"),
+    (["--rollout_backend", "ct2"], "--rollout_backend must be one of transformers, llamacpp"),
     (["--env", "market", "--time_budget_s", "-5"], "--time_budget_s must be 0 (none) or more"),
     (["--time_budget_s", "nan"], "--time_budget_s must be 0 (none) or more"),
 ])

@@ -605,6 +605,43 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
 
 
 @pytest.mark.slow
+def test_grpo_samples_its_episodes_on_llamacpp_and_trains_on_them(tmp_path, monkeypatch):
+    """--rollout_backend llamacpp: every step exports the policy it is about to sample from (the curve says how long
+    that took), plays the step's episodes on the engine and trains on them. With --consistency_weight the false
+    claims of the buyer's Thoughts are a second reward, logged apart from the environment's."""
+    pytest.importorskip("llama_cpp")
+    import torch
+    from safetensors.torch import load_file
+
+    from training import grpo
+    from training.rl.run import EpisodeRollouts
+    handed = []  # what the rollout hands TRL each step
+    play = EpisodeRollouts.__call__
+    monkeypatch.setattr(EpisodeRollouts, "__call__", lambda self, *a: handed.append(play(self, *a)) or handed[-1])
+    out, curve = tmp_path / "grpo", tmp_path / "curve.json"
+    grpo.main(["--smoke", "--model_name_or_path", str(SHIPPED_TINY), "--output_dir", str(out), "--curve", str(curve),
+               "--max_new_tokens", "128", "--learning_rate", "1e-3", "--rollout_backend", "llamacpp",
+               "--rollout_precision", "float32", "--consistency_weight", "0.5"])
+    artifact = json.loads(curve.read_text())
+    points = artifact["points"]
+    assert [p["step"] for p in points] == [1, 2]
+    assert artifact["provenance"]["config"]["grpo"]["reward_weights"] == [1.0, 0.5]
+    # no made-up log-probs: the engine gives none, so TRL scores the tokens in the trainer's forward (SDPO too)
+    assert len(handed) == 2 and all(h["logprobs"] is None and len(h["completion_ids"]) == 8 for h in handed)
+    for p in points:
+        assert p["episodes"] == 8 and p["export_s"] > 0 and p["rollout_s"] > 0 and p["context_full"] == 0
+        assert -1 <= p["reward_mean"] <= 1 and p["grad_norm"] > 0
+        false = p["thought_claims"] * (1 - (p["thought_consistency"] or 0))  # this step's false claims
+        assert p["rewards/false_thought_claims/mean"] == pytest.approx(-false / p["episodes"])
+    start, end = load_file(SHIPPED_TINY / "model.safetensors"), load_file(out / "final" / "model.safetensors")
+    assert any(not torch.equal(start[k], end[k]) for k in start), "the policy trained on the engine's episodes"
+    assert (out / "gguf" / "process0").is_dir() and not any((out / "gguf" / "process0").iterdir()), \
+        "every export deleted after training"
+    with pytest.raises(SystemExit):
+        grpo.main(["--smoke", "--rollout_precision", "int8"])
+
+
+@pytest.mark.slow
 def test_the_lm_head_at_trained_positions_only_leaves_the_training_unchanged(tmp_path):
     """GRPO with the LM head scored at the trained player's tokens only (the default) against every completion
     position: the same rollouts, losses, KL, entropy and gradient norms per step, and the same weights after, with a

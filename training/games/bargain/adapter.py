@@ -47,6 +47,7 @@ class BargainGame:
     hindsight = True  # SDPO's feedback is written for this game's buyer
     publishable = True  # --push_to_hub publishes this game's buyer
     refuses_actions = False  # an unreadable or illegal reply ends the episode at -1 (no --refusal_weight)
+    checks_thoughts = True  # the buyer's Thoughts' ask/offer-vs-budget claims are checked (--consistency_weight)
     EvalArgs = BargainEvalArgs  # what training/evaluate.py parses for this game
 
     def __init__(self, script):

@@ -37,6 +37,7 @@ class MarketGame:
     hindsight = False
     publishable = False
     refuses_actions = True  # a refused action costs a little and the game goes on (--refusal_weight shapes it)
+    checks_thoughts = False  # no Thought is scored in the market
     EvalArgs = MarketEvalArgs  # what training/evaluate.py parses for this game
 
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The short runs that choose SmolLM2's second RL recipe, side by side: each variant continues the shipped GRPO buyer
+# (artifacts/checkpoints/grpo-smollm2) for STEPS steps of the bilateral recipe (recipes/smollm2/grpo.yaml: 32 episodes
+# a step, 4 groups of 8, the seller mix without the held-out persona), at a constant learning rate, sampling on
+# llama.cpp. Every variant plays the same rows in the same order (TRL's sampler, seed 0; spare groups come from rows
+# after the dataset's), so step k of one is step k of another on the same products, sellers and seeds. Each curve
+# (reward, zero-variance share, deal rate, thought consistency per step) goes to artifacts/probes/; the adapters stay
+# in runs/grpo2-short/<name>/ (not shipped).
+#   bash training/recipes/smollm2/short_runs.sh                 # every variant in turn (resumes a cut run)
+#   RUNS="control spares" STEPS=8 bash training/recipes/smollm2/short_runs.sh
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+STEPS=${STEPS:-8}
+declare -A FLAGS=(
+  [control]=""                               # the shipped recipe as it is
+  [spares]="--spare_groups 4"                # DAPO's dynamic sampling: flat groups replaced by spares with signal
+  [consistency]="--consistency_weight 0.1"   # minus 0.1 a false ask/offer-vs-budget claim in the buyer's Thoughts
+  [beta0]="--beta 0"                         # no KL anchor (and no reference forward)
+)
+for name in ${RUNS:-control spares consistency beta0}; do
+  [ -n "${FLAGS[$name]+x}" ] || { echo "unknown variant: $name (${!FLAGS[*]})" >&2; exit 2; }
+  echo "== $name: ${FLAGS[$name]:-(the recipe as it is)}"
+  # shellcheck disable=SC2086  # the flags are words
+  python training/grpo.py --config training/recipes/smollm2/grpo.yaml \
+    --model_name_or_path artifacts/checkpoints/grpo-smollm2 --max_steps "$STEPS" --lr_scheduler_type constant \
+    --rollout_backend "${ROLLOUT_BACKEND:-llamacpp}" --output_dir "runs/grpo2-short/$name" \
+    --episode_log "runs/grpo2-short/$name/episodes" \
+    --curve "artifacts/probes/grpo2_short_${name}_training_curve.json" ${FLAGS[$name]}
+done
