@@ -53,9 +53,12 @@ class LLMAgent:
             single = close is not None and close != tok.unk_token_id and tok.convert_ids_to_tokens(close) == "</think>"
             self.think_close_id = close if single and reasoning_mode == "option_b" else None
             self.forced_close = tok("\n</think>\n\n", add_special_tokens=False)["input_ids"]
-            model = getattr(backend, "model", None)  # None: an engine opened from its export (its own context)
-            self.max_len = getattr(model.config, "max_position_embeddings", None) if model is not None \
-                else getattr(backend, "context", None)
+            # the model's window, and an engine's own sequence where it keeps one (llama.cpp: its context, which may
+            # be shorter; an engine opened from its export has no model)
+            model = getattr(backend, "model", None)
+            limits = [n for n in (getattr(model.config, "max_position_embeddings", None) if model is not None else None,
+                                  getattr(backend, "context", None)) if n]
+            self.max_len = min(limits) if limits else None
 
     def _user_turn_template(self) -> tuple[str, str]:
         """The text the chat template puts between the end of an assistant turn and the next

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import shutil
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,21 +56,18 @@ class LlamaCppPolicy:
 
     def __init__(self, model, tokenizer, sampling: SamplingConfig, precision: str = "bfloat16", context: int = 0,
                  cache: Path | str = "runs/gguf"):
-        if precision not in ROLLOUT_PRECISIONS:
-            raise ValueError(f"--rollout_precision must be one of {', '.join(ROLLOUT_PRECISIONS)}, got {precision!r}")
         self.model, self.tokenizer, self.sampling, self.base_sampling = model, tokenizer, sampling, sampling
         self.precision, self.cache = precision, Path(cache)
         limit = getattr(model.config, "max_position_embeddings", 0) or MAX_CONTEXT
         self.context = min(context or MAX_CONTEXT, limit, MAX_CONTEXT)
         self.engine: LlamaCppBackend | None = None
-        self.exports, self.export_s = 0, 0.0  # fresh exports, and the seconds spent on them and the checks
+        self.exports = 0  # fresh exports so far
         self.swept = False
 
     def sync(self, rows: int, step: int) -> bool:
         """Make the engine sample step ``step``'s ``rows`` episodes from the policy's current weights: export them
         when they changed (a new GGUF replaces the last one) and open a context of ``rows`` sequences. True when the
         weights were exported anew."""
-        start = time.perf_counter()
         path = export(merged(self.model), self.tokenizer, self.precision, self.cache)
         fresh = self.engine is None or path != self.engine.path
         self.sampling = replace(self.base_sampling, seed=self.base_sampling.seed + SEED_STRIDE * step)
@@ -90,7 +86,6 @@ class LlamaCppPolicy:
                     shutil.rmtree(stale, ignore_errors=True)
             self.swept = True
         self.exports += fresh
-        self.export_s += time.perf_counter() - start
         return fresh
 
     def generate_ids(self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int]) -> list:

@@ -35,9 +35,9 @@ from training.engine.backends import REPLY_TOKENS, SamplingConfig, TransformersB
 from training.engine.models import ModelNotFound, load_model, save_adapter_base
 from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
-from training.rl.engine import PROMPT_ROOM, ROLLOUT_BACKENDS, ROLLOUT_PRECISIONS, LlamaCppPolicy, check_engine
 from training.games import GameArguments, game_for
 from training.games.base import reward_stats
+from training.rl.engine import PROMPT_ROOM, ROLLOUT_BACKENDS, ROLLOUT_PRECISIONS, LlamaCppPolicy, check_engine
 
 PROCESS_SEED_STRIDE = 1_000_003  # process k samples with seed + k * this
 DEFAULT_START = "runs/sft/final"  # where training/sft.py leaves the policy RL starts from
@@ -166,8 +166,6 @@ class EpisodeRollouts:
             else:
                 self.backend = TransformersBackend(model, trainer.processing_class, sampling)
             self.agent = LLMAgent(self.backend, self.script.reasoning_mode, name="policy")
-            if isinstance(self.backend, LlamaCppPolicy):  # a reply never runs past the engine's sequence
-                self.agent.max_len = min(self.agent.max_len or self.backend.context, self.backend.context)
         return self.agent
 
     def __call__(self, prompts: list, trainer) -> dict:
@@ -177,10 +175,10 @@ class EpisodeRollouts:
         acc = trainer.accelerator
         rows = [int(p) for p in prompts]
         spare_rows = self._draw_spares(acc.process_index, acc.num_processes)
-        exported = time.perf_counter()
+        synced = time.perf_counter()
         if isinstance(agent.backend, LlamaCppPolicy):  # this step's weights, a sequence for each episode
             agent.backend.sync(len(rows) + len(spare_rows), trainer.state.global_step)
-        exported, played_at = time.perf_counter() - exported, time.perf_counter()
+        played_at = time.perf_counter()
         try:
             with _without_autocast(agent.backend.model):
                 played_all = self.game.play(agent, [self._episode(r) for r in rows + spare_rows], self.opponent)
@@ -206,7 +204,7 @@ class EpisodeRollouts:
                  **self.game.step_stats(played), "processes": acc.num_processes,
                  "rollout_s": round(time.perf_counter() - played_at, 3)}
         if isinstance(agent.backend, LlamaCppPolicy):
-            point["export_s"] = round(exported, 3)  # the merge, hash, GGUF export and opening before the episodes
+            point["export_s"] = round(played_at - synced, 3)  # the merge, hash, GGUF export and opening before the episodes
             # episodes whose stream filled the engine's sequence: their last reply was cut (transformers would have
             # gone on; a stream that long is past --max_completion_length, where the trainer stops reading anyway)
             room = agent.backend.context - self.script.max_new_tokens
