@@ -596,6 +596,9 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
         assert p["episodes"] == 8 and p["episodes_played"] == 16
         assert p["frac_reward_zero_std"] <= p["frac_reward_zero_std_sampled"]
         assert p["groups_replaced"] == round((p["frac_reward_zero_std_sampled"] - p["frac_reward_zero_std"]) * 2)
+        assert -1 <= p["reward_mean_sampled"] <= 1
+        if not p["groups_replaced"]:  # nothing replaced: what was sampled is what was trained
+            assert p["reward_mean_sampled"] == pytest.approx(p["reward_mean"])
     played = [json.loads(line) for line in (tmp_path / "episodes.rank0.jsonl").read_text().splitlines()]
     assert len(played) == 16 and all(e["row"] == e["episode"]["seed"] for e in played)
     spares = {e["row"] for e in played if e["row"] >= 16}  # the dataset holds 2 steps x 8 rows
@@ -668,3 +671,30 @@ def test_the_lm_head_at_trained_positions_only_leaves_the_training_unchanged(tmp
     moved = max(float((w_full[k] - start[k]).abs().max()) for k in w_full)
     gap = max(float((w_fast[k] - w_full[k]).abs().max()) for k in w_full)
     assert gap < 0.5 * moved, (gap, moved)
+
+
+def test_curves_compare_on_the_reward_as_sampled_and_pool_thought_claims(tmp_path, capsys):
+    """training.rl.compare reads a spares run's reward as sampled (before its flat groups were replaced), so runs
+    are compared on the same rows; Thought consistency pools claims over steps; a bad file is one clear error."""
+    from training.rl import compare
+    plain = [{"step": 1, "episodes": 8, "reward_mean": 0.1, "frac_reward_zero_std": 0.5, "deal_rate": 0.5,
+              "thought_claims": 10, "thought_consistency": 0.9, "wall_s": 10.0},
+             {"step": 2, "episodes": 8, "reward_mean": 0.3, "frac_reward_zero_std": 0.0, "deal_rate": 0.7,
+              "thought_claims": 30, "thought_consistency": 0.5, "wall_s": 30.0}]
+    spares = [{**p, "reward_mean": p["reward_mean"] + 0.2, "reward_mean_sampled": p["reward_mean"],
+               "episodes_played": 16, "frac_reward_zero_std_sampled": 0.5, "frac_reward_zero_std": 0.0} for p in plain]
+    a, b = compare.summarize(plain), compare.summarize(spares)
+    assert a["reward_sampled"] == pytest.approx(0.2) == b["reward_sampled"]
+    assert a["reward_second_half"] == pytest.approx(0.3)
+    assert a["thought_consistency"] == pytest.approx((9 + 15) / 40)  # pooled, not the mean of 0.9 and 0.5
+    assert (b["episodes"], b["episodes_played"], b["zero_std_sampled"], b["zero_std_trained"]) == (16, 32, 0.5, 0.0)
+    assert a["step_s"] == 20.0 and a["rollout_s"] is None
+    path = tmp_path / "x_training_curve.json"
+    path.write_text(json.dumps({"points": spares}))
+    compare.main([str(path), f"plain={path}"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("| x | 2 | 16 (32) | +0.200 |") and out[3].startswith("| plain |")
+    with pytest.raises(SystemExit, match="cannot read a training curve"):
+        compare.main([str(tmp_path / "missing.json")])
+    with pytest.raises(ValueError, match="no points"):
+        compare.summarize([])

@@ -10,6 +10,7 @@ trains (resuming from the run's last checkpoint) and writes what the run made.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -210,7 +211,11 @@ class EpisodeRollouts:
             room = agent.backend.context - self.script.max_new_tokens
             point["context_full"] = sum(len(r.prompt_ids) + len(r.completion_ids) > room for r in played_all)
         if spare_rows:  # what was played before the flat groups were replaced (this process's share)
+            # the step's own rows as sampled, before any replacement: the reward a run without spares would log
+            sampled = [rec.reward for rec in played_all[:len(prompts)]]
+            sampled = gather_object(sampled) if acc.num_processes > 1 else sampled
             point.update({"episodes_played": len(played_all) * acc.num_processes,
+                          "reward_mean_sampled": statistics.fmean(sampled),
                           "frac_reward_zero_std_sampled": sampled_zero["frac_zero_std"],
                           "groups_replaced": sampled_zero["replaced"]})
         self.steps.append(point)

@@ -27,3 +27,10 @@ for name in ${RUNS:-control spares consistency beta0}; do
     --episode_log "runs/grpo2-short/$name/episodes" \
     --curve "artifacts/probes/grpo2_short_${name}_training_curve.json" ${FLAGS[$name]}
 done
+# the side-by-side table (reward as sampled, zero-variance share, deal rate, Thought consistency, seconds a step)
+curves=()
+for name in ${RUNS:-control spares consistency beta0}; do
+  f="artifacts/probes/grpo2_short_${name}_training_curve.json"
+  [ -f "$f" ] && curves+=("$name=$f")
+done
+python -m training.rl.compare "${curves[@]}"
