@@ -14,10 +14,13 @@ STEPS=${STEPS:-8}
 declare -A FLAGS=(
   [control]=""                               # the shipped recipe as it is
   [spares]="--spare_groups 4"                # DAPO's dynamic sampling: flat groups replaced by spares with signal
+  # advantages over the step's reward std, not each group's: a group whose deals differ by a dollar no longer gets
+  # the unit-size push that closing against walking away gets (Dr. GRPO drops the division; the market recipe does this)
+  [batchstd]="--scale_rewards batch"
   [consistency]="--consistency_weight 0.1"   # minus 0.1 a false ask/offer-vs-budget claim in the buyer's Thoughts
   [beta0]="--beta 0"                         # no KL anchor (and no reference forward)
 )
-for name in ${RUNS:-control spares consistency beta0}; do
+for name in ${RUNS:-control spares batchstd consistency beta0}; do
   [ -n "${FLAGS[$name]+x}" ] || { echo "unknown variant: $name (${!FLAGS[*]})" >&2; exit 2; }
   echo "== $name: ${FLAGS[$name]:-(the recipe as it is)}"
   # shellcheck disable=SC2086  # the flags are words
@@ -29,7 +32,7 @@ for name in ${RUNS:-control spares consistency beta0}; do
 done
 # the side-by-side table (reward as sampled, zero-variance share, deal rate, Thought consistency, seconds a step)
 curves=()
-for name in ${RUNS:-control spares consistency beta0}; do
+for name in ${RUNS:-control spares batchstd consistency beta0}; do
   f="artifacts/probes/grpo2_short_${name}_training_curve.json"
   [ -f "$f" ] && curves+=("$name=$f")
 done
