@@ -22,9 +22,18 @@ COLUMNS = ("run", "steps", "episodes trained (played)", "reward as sampled", "re
            "zero-variance groups (sampled / trained)", "deal rate", "Thought consistency", "s a step (rollout)")
 
 
-def _mean(values: list) -> float | None:
-    values = [v for v in values if isinstance(v, (int, float))]
+def _numbers(values) -> list[float]:
+    return [v for v in values if isinstance(v, (int, float))]
+
+
+def _mean(values) -> float | None:
+    values = _numbers(values)
     return statistics.fmean(values) if values else None
+
+
+def _median(points: list[dict], key: str) -> float | None:
+    values = _numbers(p.get(key) for p in points)
+    return statistics.median(values) if values else None
 
 
 def summarize(points: list[dict]) -> dict:
@@ -42,15 +51,13 @@ def summarize(points: list[dict]) -> dict:
         "episodes_played": sum(p.get("episodes_played", p["episodes"]) for p in points),
         "reward_sampled": statistics.fmean(sampled),
         "reward_second_half": statistics.fmean(half),
-        "zero_std_sampled": _mean([p.get("frac_reward_zero_std_sampled", p.get("frac_reward_zero_std"))
-                                   for p in points]),
-        "zero_std_trained": _mean([p.get("frac_reward_zero_std") for p in points]),
-        "deal_rate": _mean([p.get("deal_rate") for p in points]),
+        "zero_std_sampled": _mean(p.get("frac_reward_zero_std_sampled", p.get("frac_reward_zero_std"))
+                                  for p in points),
+        "zero_std_trained": _mean(p.get("frac_reward_zero_std") for p in points),
+        "deal_rate": _mean(p.get("deal_rate") for p in points),
         "thought_consistency": true / claims if claims else None,
-        "step_s": statistics.median(p["wall_s"] for p in points if "wall_s" in p) if any("wall_s" in p for p in points)
-        else None,
-        "rollout_s": statistics.median(p["rollout_s"] for p in points if "rollout_s" in p)
-        if any("rollout_s" in p for p in points) else None,
+        "step_s": _median(points, "wall_s"),
+        "rollout_s": _median(points, "rollout_s"),
     }
 
 
