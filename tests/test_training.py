@@ -674,7 +674,7 @@ def test_the_lm_head_at_trained_positions_only_leaves_the_training_unchanged(tmp
 
 
 def test_curves_compare_on_the_reward_as_sampled_and_pool_thought_claims(tmp_path, capsys):
-    """training.rl.compare reads a spares run's reward as sampled (before its flat groups were replaced), so runs
+    """training/compare_runs.py (training.rl.compare) reads a spares run's reward as sampled (before its flat groups were replaced), so runs
     are compared on the same rows; Thought consistency pools claims over steps; a bad file is one clear error."""
     from training.rl import compare
     plain = [{"step": 1, "episodes": 8, "reward_mean": 0.1, "frac_reward_zero_std": 0.5, "deal_rate": 0.5,

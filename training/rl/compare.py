@@ -1,6 +1,6 @@
 """RL curves side by side: one row per run, the numbers a recipe is chosen by.
 
-    python -m training.rl.compare control=artifacts/probes/grpo2_short_control_training_curve.json \\
+    python training/compare_runs.py control=artifacts/probes/grpo2_short_control_training_curve.json \\
         spares=artifacts/probes/grpo2_short_spares_training_curve.json
 
 Per run, over the steps it logged: the reward as sampled (with ``--spare_groups`` the step's own groups before the
@@ -94,6 +94,3 @@ def main(argv: list[str] | None = None) -> None:
         runs[name or path.name.removesuffix("_training_curve.json")] = points
     print(table(runs))
 
-
-if __name__ == "__main__":
-    main()

@@ -36,4 +36,4 @@ for name in ${RUNS:-control spares batchstd consistency beta0}; do
   f="artifacts/probes/grpo2_short_${name}_training_curve.json"
   [ -f "$f" ] && curves+=("$name=$f")
 done
-python -m training.rl.compare "${curves[@]}"
+python training/compare_runs.py "${curves[@]}"
