@@ -353,6 +353,31 @@ def test_continuous_batching_gives_the_tokens_of_lockstep_generate(tiny):
             assert max(abs(a - b) for a, b in zip(got.logprobs, ref.logprobs)) < 1e-3
 
 
+def test_continuous_batching_holds_slots_for_the_conversations_there_are(tiny):
+    """The batcher's cache holds a slot per conversation, not ``max_rows`` of them (at 64 slots of 8k positions
+    the buffers alone filled 24 GB for 25 market games); a conversation that joins later takes a freed slot, and
+    every reply is still lockstep ``generate``'s."""
+    import random
+
+    from training.engine.batching import ContinuousBatcher, Request
+
+    model, tok = tiny
+    backend = TransformersBackend(model, tok, SamplingConfig(temperature=0.0))
+    r = random.Random(9)
+    prompts = [[r.randrange(5, len(tok)) for _ in range(r.randrange(10, 70))] for _ in range(4)]
+    got = {}
+
+    def on_done(i, c):
+        got[i] = c
+        return Request(3, prompts[3], 12, ()) if i == 0 else None  # a fourth conversation joins after the first
+
+    batcher = ContinuousBatcher(model, backend.sampling, backend.pad_id, max_rows=64)
+    batcher.run([Request(i, p, 12, ()) for i, p in enumerate(prompts[:3])], on_done)
+    assert batcher.slots == 3
+    ref = backend.generate_ids(prompts, 12, [])
+    assert all(got[i].ids == ref[i].ids for i in range(4))
+
+
 @pytest.mark.parametrize("mode", ["option_a", "option_b"])
 def test_continuous_episodes_equal_each_episode_alone_near_the_context_limit(mode):
     """Episodes served by continuous batching (fewer rows than episodes, episodes ending at different

@@ -136,7 +136,7 @@ class ContinuousBatcher:
         self.prefill_dtype, self.decode_dtype, self.max_len = prefill_dtype, decode_dtype, max_len
         self.greedy = sampling.temperature == 0
         self.warpers = logits_warpers(sampling)
-        self.steps = self.prefills = 0
+        self.steps = self.prefills = self.slots = 0  # decoding steps, prefills, slots of the last run's cache
 
     def run(self, requests: list[Request], on_done: Callable[[Hashable, Completion], Request | None],
             seed: int = 0) -> None:
@@ -149,7 +149,10 @@ class ContinuousBatcher:
         queue = deque(requests)
         rows: list[_Row] = []  # slot i holds rows[i]; every row is running after admission
         need = max([len(r.prompt) + r.max_new for r in requests] or [1])
-        cache = SlotCache(self.model.config, self.max_rows, self._cap(need), cache_dtype, device)
+        # a slot per conversation there is, up to max_rows (not max_rows of them: at 64 slots x 8k positions the buffers
+        # alone filled 24 GB in fp32 for 25 market games); a conversation that joins later takes a freed slot
+        slots = min(self.max_rows, len({r.key for r in requests}) or 1)
+        cache = SlotCache(self.model.config, slots, self._cap(need), cache_dtype, device)
 
         while queue or rows:
             waiting = deque()
@@ -187,13 +190,14 @@ class ContinuousBatcher:
                 if nxt is None or nxt.key != row.key:
                     row.key = _FREE
             self._compact(rows, cache)
+        self.slots = cache.rows
 
     def _admit(self, req: Request, rows: list[_Row], cache: SlotCache) -> bool:
         """Give ``req`` its conversation's slot (only its new tokens to feed) or a new one; False when
         every slot is taken."""
         slot = next((i for i, r in enumerate(rows) if r.key == req.key and r.request is None), None)
         if slot is None:
-            if len(rows) >= self.max_rows:
+            if len(rows) >= cache.rows:
                 return False
             rows.append(_Row(req.key, []))
             slot = len(rows) - 1
