@@ -356,10 +356,12 @@ def test_continuous_batching_gives_the_tokens_of_lockstep_generate(tiny):
 def test_continuous_batching_holds_slots_for_the_conversations_there_are(tiny):
     """The batcher's cache holds a slot per conversation, not ``max_rows`` of them (at 64 slots of 8k positions
     the buffers alone filled 24 GB for 25 market games); a conversation that joins later takes a freed slot, and
-    every reply is still lockstep ``generate``'s."""
+    every reply is still lockstep ``generate``'s. Growing the cache keeps what each buffer held."""
     import random
 
-    from training.engine.batching import ContinuousBatcher, Request
+    import torch
+
+    from training.engine.batching import ContinuousBatcher, Request, SlotCache
 
     model, tok = tiny
     backend = TransformersBackend(model, tok, SamplingConfig(temperature=0.0))
@@ -376,6 +378,15 @@ def test_continuous_batching_holds_slots_for_the_conversations_there_are(tiny):
     assert batcher.slots == 3
     ref = backend.generate_ids(prompts, 12, [])
     assert all(got[i].ids == ref[i].ids for i in range(4))
+
+    cache = SlotCache(model.config, 2, 4, torch.float32, "cpu")
+    for t in cache.keys + cache.values:
+        t.normal_()
+    held = [t.clone() for t in cache.keys + cache.values]
+    cache.grow(9)
+    assert cache.capacity == 9 and len(cache.keys) == len(cache.values) == model.config.num_hidden_layers
+    for old, new in zip(held, cache.keys + cache.values):  # each buffer grown in place of its own, the rest zero
+        assert new.shape[2] == 9 and torch.equal(new[:, :, :4], old) and not new[:, :, 4:].any()
 
 
 @pytest.mark.parametrize("mode", ["option_a", "option_b"])
