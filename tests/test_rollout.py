@@ -361,7 +361,7 @@ def test_continuous_batching_holds_slots_for_the_conversations_there_are(tiny):
 
     import torch
 
-    from training.engine.batching import ContinuousBatcher, Request, SlotCache
+    from training.engine.batching import ContinuousBatcher, Request, SlotCache, _Row
 
     model, tok = tiny
     backend = TransformersBackend(model, tok, SamplingConfig(temperature=0.0))
@@ -377,6 +377,11 @@ def test_continuous_batching_holds_slots_for_the_conversations_there_are(tiny):
     batcher.run([Request(i, p, 12, ()) for i, p in enumerate(prompts[:3])], on_done)
     assert batcher.slots == 3
     ref = backend.generate_ids(prompts, 12, [])
+    assert all(got[i].ids == ref[i].ids for i in range(4))
+    got.clear()  # prefilled one row a forward (attention scores over budget): the same replies
+    batcher.PREFILL_SCORES_BYTES = 1
+    assert batcher._prefill_groups([_Row(0, [1] * 5, pending=[2] * 3), _Row(1, [], pending=[3] * 9)], [0, 1]) == [[0], [1]]
+    batcher.run([Request(i, p, 12, ()) for i, p in enumerate(prompts[:3])], on_done)
     assert all(got[i].ids == ref[i].ids for i in range(4))
 
     cache = SlotCache(model.config, 2, 4, torch.float32, "cpu")

@@ -182,7 +182,8 @@ class ContinuousBatcher:
             # rows join in groups (one prefill forward each): at least ``join_fraction`` of the batch,
             # or whatever waits when nothing else is decoding (a forward costs the same few rows or many)
             if joining and (len(joining) >= self.join_fraction * len(rows) or len(joining) == len(rows)):
-                self._prefill(rows, joining, cache, gen)
+                for group in self._prefill_groups(rows, joining):
+                    self._prefill(rows, group, cache, gen)
             done = [i for i, r in enumerate(rows) if self._finished(r)]
             if not done:
                 self._decode(rows, cache, gen)
@@ -240,6 +241,27 @@ class ContinuousBatcher:
             if i < len(rows):
                 cache.move(len(rows), i, len(last.tokens))
                 rows[i] = last
+
+    # attention scores one prefill forward may hold (rows x heads x new tokens x positions, fp32): 25 market games'
+    # views near 8k positions prefilled in one forward held ~7 GB of them, twice over through the softmax
+    PREFILL_SCORES_BYTES = 1 << 30
+
+    def _prefill_groups(self, rows: list[_Row], joining: list[int]) -> list[list[int]]:
+        """The joining rows in groups (in order) whose prefill's attention scores stay under
+        ``PREFILL_SCORES_BYTES``; a row alone is a group whatever its size."""
+        heads = self.model.config.num_attention_heads
+        groups: list[list[int]] = []
+        q = width = 0
+        for i in joining:
+            q2, w2 = max(q, len(rows[i].pending)), max(width, len(rows[i].tokens) + len(rows[i].pending))
+            if groups and groups[-1] and (len(groups[-1]) + 1) * heads * q2 * w2 * 4 > self.PREFILL_SCORES_BYTES:
+                groups.append([])
+                q2, w2 = len(rows[i].pending), len(rows[i].tokens) + len(rows[i].pending)
+            if not groups:
+                groups.append([])
+            groups[-1].append(i)
+            q, width = q2, w2
+        return groups
 
     def _prefill(self, rows: list[_Row], joining: list[int], cache: SlotCache, gen) -> None:
         """Feed the joining rows' new tokens (right-padded to the longest) in one forward; sample each
