@@ -355,7 +355,7 @@ def test_continuous_batching_gives_the_tokens_of_lockstep_generate(tiny):
 
 def test_continuous_batching_holds_slots_for_the_conversations_there_are(tiny):
     """The batcher's cache holds a slot per conversation, not ``max_rows`` of them (at 64 slots of 8k positions
-    the buffers alone filled 24 GB for 25 market games); a conversation that joins later takes a freed slot, and
+    the buffers alone are 24 GB in fp32, for 25 market games); a conversation that joins later takes a freed slot, and
     every reply is still lockstep ``generate``'s. Growing the cache keeps what each buffer held."""
     import random
 

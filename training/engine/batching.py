@@ -74,8 +74,8 @@ class SlotCache:
 
     def grow(self, capacity: int) -> None:
         """Room for ``capacity`` positions a slot, the held keys and values copied over one buffer at a time (each
-        old buffer freed before the next is made: growing a full cache at once held it twice, 2 x 9.7 GB for 25
-        market games near 8k positions)."""
+        old buffer freed before the next is made: growing a full cache at once holds it twice, 2 x 9.7 GB in fp32
+        for 25 market games near 8k positions)."""
         if capacity <= self.capacity:
             return
         shape = (self.rows, self.kv_heads, capacity, self.head_dim)
@@ -156,8 +156,8 @@ class ContinuousBatcher:
         queue = deque(requests)
         rows: list[_Row] = []  # slot i holds rows[i]; every row is running after admission
         need = max([len(r.prompt) + r.max_new for r in requests] or [1])
-        # a slot per conversation there is, up to max_rows (not max_rows of them: at 64 slots x 8k positions the buffers
-        # alone filled 24 GB in fp32 for 25 market games); a conversation that joins later takes a freed slot
+        # a slot per conversation there is, up to max_rows (not max_rows of them: 64 slots x 8k positions are 24 GB of
+        # buffers in fp32, for 25 market games); a conversation that joins later takes a freed slot
         slots = min(self.max_rows, len({r.key for r in requests}) or 1)
         cache = SlotCache(self.model.config, slots, self._cap(need), cache_dtype, device)
 
@@ -242,25 +242,23 @@ class ContinuousBatcher:
                 cache.move(len(rows), i, len(last.tokens))
                 rows[i] = last
 
-    # attention scores one prefill forward may hold (rows x heads x new tokens x positions, fp32): 25 market games'
-    # views near 8k positions prefilled in one forward held ~7 GB of them, twice over through the softmax
+    # attention scores one prefill forward may hold (rows x heads x new tokens x positions, fp32): by that arithmetic,
+    # 25 market games' views near 8k positions prefilled in one forward would hold ~7 GB of them
     PREFILL_SCORES_BYTES = 1 << 30
 
     def _prefill_groups(self, rows: list[_Row], joining: list[int]) -> list[list[int]]:
         """The joining rows in groups (in order) whose prefill's attention scores stay under
         ``PREFILL_SCORES_BYTES``; a row alone is a group whatever its size."""
         heads = self.model.config.num_attention_heads
-        groups: list[list[int]] = []
-        q = width = 0
+        groups: list[list[int]] = [[]]
+        q = width = 0  # the current group's longest new tokens and widest span
         for i in joining:
-            q2, w2 = max(q, len(rows[i].pending)), max(width, len(rows[i].tokens) + len(rows[i].pending))
-            if groups and groups[-1] and (len(groups[-1]) + 1) * heads * q2 * w2 * 4 > self.PREFILL_SCORES_BYTES:
+            n, w = len(rows[i].pending), len(rows[i].tokens) + len(rows[i].pending)
+            if groups[-1] and (len(groups[-1]) + 1) * heads * max(q, n) * max(width, w) * 4 > self.PREFILL_SCORES_BYTES:
                 groups.append([])
-                q2, w2 = len(rows[i].pending), len(rows[i].tokens) + len(rows[i].pending)
-            if not groups:
-                groups.append([])
+                q = width = 0
             groups[-1].append(i)
-            q, width = q2, w2
+            q, width = max(q, n), max(width, w)
         return groups
 
     def _prefill(self, rows: list[_Row], joining: list[int], cache: SlotCache, gen) -> None:
