@@ -124,6 +124,8 @@ def test_prefix_cache_gives_the_same_tokens(tiny):
     assert any(c.stopped for c in first) and len({len(c.ids) for c in first}) > 1
     longer = [p + c.ids + [r.randrange(5, 900) for _ in range(r.randrange(1, 6))] for p, c in zip(prompts, first)]
     with_cache = backend.generate_ids(longer, 16, stops, caches=caches)
+    # the caches given are consumed: their buffers are not held beside the new cache
+    assert all(layer is None for c in caches for layer in c.layers)
     without = backend.generate_ids(longer, 16, stops)
     assert [c.ids for c in with_cache] == [c.ids for c in without]
     assert max(abs(a - b) for x, y in zip(with_cache, without) for a, b in zip(x.logprobs, y.logprobs)) < 1e-3

@@ -116,12 +116,17 @@ class TransformersBackend:
                      caches: list[PrefixCache | None] | None = None) -> list[Completion]:
         """Generate for a batch of token prompts. With ``caches`` (one per prompt, or None), the
         cached prefix of each prompt is not recomputed, and ``self.last_caches`` holds each
-        sequence's new cache (prompt plus completion, except the last generated token)."""
+        sequence's new cache (prompt plus completion, except the last generated token).
+
+        The ``caches`` passed are consumed: each layer's keys and values are dropped from them once copied into
+        this call's cache, so a conversation's last cache and its new one are not held at once (25 market games
+        near 8k positions in fp32: 25 x 8k positions x 30 layers x 2 x 3 heads x 64 x 4 bytes = 9.4 GB each)."""
         import torch  # noqa: PLC0415
         from transformers import StaticCache  # noqa: PLC0415
 
         s = self.sampling
         caches = list(caches) if caches is not None else [None] * len(prompts)
+        given = [c for c in caches if c is not None]  # consumed below, trimmed or not
         if len(prompts) > 1 and all(c is None for c in caches):
             caches = self._shared_prefix(prompts) or caches
         for i, (p, c) in enumerate(zip(prompts, caches)):
@@ -148,11 +153,15 @@ class TransformersBackend:
                 k0, v0 = ref.layers[li]
                 layer.lazy_initialization(k0.new_empty((len(prompts), k0.shape[1], 1, k0.shape[3])),
                                           v0.new_empty((len(prompts), v0.shape[1], 1, v0.shape[3])))
+                del k0, v0
                 for i, c in enumerate(caches):
                     if c is not None:
                         layer.keys[i, :, big_p - c.length: big_p] = c.layers[li][0][0]
                         layer.values[i, :, big_p - c.length: big_p] = c.layers[li][1][0]
                 layer.cumulative_length.fill_(big_p)
+                for c in given + caches:  # the old layer's buffers freed before the next layer is made
+                    if c is not None:
+                        c.layers[li] = None
         greedy = s.temperature == 0
         # disable_compile: on a GPU, transformers compiles the forward whenever the cache is static, with CUDA graphs
         # recorded per input shape; every call here has its own width, so each one compiled anew (a market GRPO step
@@ -169,10 +178,11 @@ class TransformersBackend:
         with torch.inference_mode():
             out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device), **kwargs)
             new = out.sequences[:, width:]
-            logits = torch.stack(out.logits, dim=1).float()
-            if not greedy:
-                logits = logits / s.temperature
-            logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+            # a step at a time: the steps' logits stacked are rows x steps x vocab (25 x 128 x 49,152 x 4 bytes = 630 MB)
+            temp = 1.0 if greedy else s.temperature
+            logp = torch.stack([torch.log_softmax(step.float() / temp, dim=-1).gather(-1, new[:, t:t + 1])[:, 0]
+                                for t, step in enumerate(out.logits)], dim=1)
+            del out
         new, logp = new.tolist(), logp.tolist()
         stops = set(stop_ids)
         results, self.last_caches = [], []
