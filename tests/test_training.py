@@ -607,6 +607,54 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
         grpo.main(["--smoke", "--spare_groups", "-1"])
 
 
+def test_with_signal_keeps_the_groups_that_differ_and_fills_the_micro_batches_with_the_shortest_flat_rows():
+    import torch
+
+    from training.rl.trim import with_signal
+    adv = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, -0.5, 0.5, -0.5, 0.2, 0.2, 0.2, 0.2])  # flat, signal, flat (not 0)
+    lengths = torch.tensor([5, 2, 7, 3, 4, 4, 4, 4, 1, 9, 9, 9])
+    batch = {"advantages": adv, "prompt_mask": torch.ones(12, 1, dtype=torch.long),
+             "completion_mask": (torch.arange(10)[None, :] < lengths[:, None] - 1).long(),
+             "names": list("abcdefghijkl"), "num_items_in_batch": torch.tensor(57)}
+    out = with_signal(batch, group=4, chunks=2)
+    assert out["names"] == list("efgh") and out["num_items_in_batch"].item() == 57
+    out = with_signal(batch, group=4, chunks=3)  # 4 rows with signal: 6 for 3 micro-batches, the 2 shortest flat
+    assert out["names"] == list("befghi") and out["advantages"].tolist() == pytest.approx([0, .5, -.5, .5, -.5, .2])
+    flat = {**batch, "advantages": torch.zeros(12)}
+    assert with_signal(flat, group=4, chunks=2)["names"] == list("bi")  # nothing to learn: the shortest, to step
+    with pytest.raises(ValueError):
+        with_signal(batch, group=5, chunks=2)
+
+
+@pytest.mark.slow
+def test_grpo_without_kl_skips_flat_groups_and_takes_the_same_step(tmp_path, monkeypatch):
+    """With --beta 0 a flat group's rows have zero loss: leaving them out of the forward and backward trains the same
+    policy, up to float rounding, as training on every row."""
+    import torch
+    from safetensors.torch import load_file
+
+    from training import grpo
+    from training.rl import trim
+    kept = []
+    keep = trim.with_signal
+    monkeypatch.setattr(trim, "with_signal", lambda b, *a: kept.append((b["advantages"], keep(b, *a))) or kept[-1][1])
+    runs = {}
+    for skip in (True, False):
+        monkeypatch.setattr(trim.TrimmedBatches, "skip_flat_groups", skip)
+        out = tmp_path / f"skip{skip}"
+        grpo.main(["--smoke", "--model_name_or_path", str(SHIPPED_TINY), "--output_dir", str(out), "--curve",
+                   str(out / "curve.json"), "--beta", "0", "--learning_rate", "1e-3", "--max_new_tokens", "64"])
+        runs[skip] = load_file(out / "final" / "model.safetensors"), json.loads((out / "curve.json").read_text())
+    assert len(kept) == 2, "the skipping run's two steps, none of the other's"
+    assert any(len(o["advantages"]) < len(a) for a, o in kept), "a flat group was left out"
+    assert any(o["advantages"].abs().max() > 0 for _, o in kept), "and a group with signal trained"
+    start = load_file(SHIPPED_TINY / "model.safetensors")
+    (skipped, curve), (full, full_curve) = runs[True], runs[False]
+    assert [p["reward_mean"] for p in curve["points"]] == [p["reward_mean"] for p in full_curve["points"]]
+    moved = max((full[k] - start[k]).abs().max().item() for k in start)
+    assert moved > 0 and max((skipped[k] - full[k]).abs().max().item() for k in start) < 1e-3 * moved
+
+
 @pytest.mark.slow
 def test_grpo_samples_its_episodes_on_llamacpp_and_trains_on_them(tmp_path, monkeypatch):
     """--rollout_backend llamacpp: every step exports the policy it is about to sample from (the curve says how long

@@ -20,6 +20,11 @@ policy's forward and backward run at that full width. Whole negotiations vary fr
   only the labelled positions on a GPU (its Triton path); on a CPU it scores every position, so the same head is
   asked for the compact form there too. The skipped positions' log-probs and entropies come back as 0: they are
   masked out of the loss, the KL and the logged entropy, so the loss is the same.
+* with no KL term (``--beta 0``) and the same loss, a group whose episodes all scored the same (every advantage
+  equal, zero up to rounding) moves nothing: its rows are left out of the policy's forward and backward, except as
+  many of the shortest as keep every micro-batch filled (a step cuts its batch into equal micro-batches). The
+  normaliser stays the generation batch's token count, so the gradient is the same; the logged entropy and clip
+  ratios are then those of the rows trained. A third to a half of SmolLM2's groups were flat.
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ def compact_head():
 
 class TrimmedBatches:
     """A mixin for ``GRPOTrainer`` subclasses (put it first among the bases). ``score_trained_only`` (default on)
-    scores the LM head at the trained positions only (the module docstring)."""
+    scores the LM head at the trained positions only, ``skip_flat_groups`` (default on) leaves flat groups out when
+    there is no KL term (the module docstring)."""
 
     score_trained_only = True
+    skip_flat_groups = True  # with --beta 0, flat groups' rows left out of the forward and backward (same gradient)
     _scored = None  # the completion positions that carry the loss, for the forward under way (rows x columns)
     _rollout_scored = None  # the same for the generation batch just played (its env_mask rows), reference forward
 
@@ -123,6 +130,9 @@ class TrimmedBatches:
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)  # text episodes: no image fields
+            if self.skip_flat_groups and self.beta == 0.0 and self.accelerator.num_processes == 1:
+                # one process holds whole groups, in order
+                batch = with_signal(batch, self.num_generations, self.args.steps_per_generation)
             self._buffered_inputs = split_tensor_dict(by_length(batch), self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
@@ -131,17 +141,40 @@ class TrimmedGRPOTrainer(TrimmedBatches, GRPOTrainer):
     """TRL's ``GRPOTrainer`` without the batch's padding in its forward passes."""
 
 
-def by_length(batch: dict) -> dict:
-    """The batch's rows ordered by length (prompt plus completion tokens), every per-row field alike."""
-    lengths = batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)
-    order = torch.argsort(lengths, stable=True)
-    n = len(lengths)
+def _lengths(batch: dict) -> torch.Tensor:
+    return batch["prompt_mask"].sum(1) + batch["completion_mask"].sum(1)
 
-    def permute(v):
+
+def _rows(batch: dict, index: torch.Tensor) -> dict:
+    """The batch's rows ``index`` (in that order), every per-row field alike; scalars as they are."""
+    n = len(batch["prompt_mask"])
+
+    def pick(v):
         if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.size(0) == n:
-            return v[order]
+            return v[index]
         if isinstance(v, list) and len(v) == n:
-            return [v[i] for i in order.tolist()]
+            return [v[i] for i in index.tolist()]
         return v
 
-    return {k: permute(v) for k, v in batch.items()}
+    return {k: pick(v) for k, v in batch.items()}
+
+
+def by_length(batch: dict) -> dict:
+    """The batch's rows ordered by length (prompt plus completion tokens), every per-row field alike."""
+    return _rows(batch, torch.argsort(_lengths(batch), stable=True))
+
+
+def with_signal(batch: dict, group: int, chunks: int) -> dict:
+    """The rows of a generation batch (groups of ``group`` consecutive rows) whose group's advantages differ, plus
+    the shortest rows of flat groups as needed to make a multiple of ``chunks`` rows (at least ``chunks``), in their
+    order. With no KL term, a flat group's rows add nothing to the gradient (module docstring)."""
+    adv = batch["advantages"]
+    if adv.ndim != 1 or len(adv) % group:
+        raise ValueError(f"a generation batch of {len(adv)} rows is not made of groups of {group}")
+    groups = adv.view(-1, group)
+    flat = (groups.amax(1) == groups.amin(1)).repeat_interleave(group)
+    keep = (~flat).nonzero().flatten()
+    want = min(len(adv), max(chunks, -(-len(keep) // chunks) * chunks))
+    spare = flat.nonzero().flatten()
+    spare = spare[torch.argsort(_lengths(batch)[spare], stable=True)][: want - len(keep)]
+    return _rows(batch, torch.sort(torch.cat([keep, spare])).values)
