@@ -611,7 +611,7 @@ def test_with_signal_keeps_the_groups_that_differ_and_fills_the_micro_batches_wi
     import torch
 
     from training.rl.trim import with_signal
-    adv = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, -0.5, 0.5, -0.5, 0.2, 0.2, 0.2, 0.2])  # flat, signal, flat (not 0)
+    adv = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.5, -0.5, 0.5, -0.5, 0.2, 0.2, 0.2, 0.2])  # flat, signal, flat (rounding may leave it off 0)
     lengths = torch.tensor([5, 2, 7, 3, 4, 4, 4, 4, 1, 9, 9, 9])
     batch = {"advantages": adv, "prompt_mask": torch.ones(12, 1, dtype=torch.long),
              "completion_mask": (torch.arange(10)[None, :] < lengths[:, None] - 1).long(),

@@ -20,8 +20,9 @@ policy's forward and backward run at that full width. Whole negotiations vary fr
   only the labelled positions on a GPU (its Triton path); on a CPU it scores every position, so the same head is
   asked for the compact form there too. The skipped positions' log-probs and entropies come back as 0: they are
   masked out of the loss, the KL and the logged entropy, so the loss is the same.
-* with no KL term (``--beta 0``) and the same loss, a group whose episodes all scored the same (every advantage
-  equal, zero up to rounding) moves nothing: its rows are left out of the policy's forward and backward, except as
+* with no KL term (``--beta 0``), the same loss and advantages centred on each group's mean (TRL's
+  ``sum_then_normalize``), a group whose episodes all scored the same (every advantage equal: zero up to rounding)
+  moves nothing: its rows are left out of the policy's forward and backward, except as
   many of the shortest as keep every micro-batch filled (a step cuts its batch into equal micro-batches). The
   normaliser stays the generation batch's token count, so the gradient is the same; the logged entropy and clip
   ratios are then those of the rows trained. A third to a half of SmolLM2's groups were flat.
@@ -130,8 +131,10 @@ class TrimmedBatches:
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)  # text episodes: no image fields
-            if self.skip_flat_groups and self.beta == 0.0 and self.accelerator.num_processes == 1:
-                # one process holds whole groups, in order
+            # advantages centred on each group's mean (not the batch's, as normalize_then_sum does), one process
+            # holding whole groups in order
+            if (self.skip_flat_groups and self.beta == 0.0 and self.accelerator.num_processes == 1
+                    and getattr(self, "multi_objective_aggregation", "sum_then_normalize") == "sum_then_normalize"):
                 batch = with_signal(batch, self.num_generations, self.args.steps_per_generation)
             self._buffered_inputs = split_tensor_dict(by_length(batch), self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
