@@ -622,6 +622,8 @@ def test_with_signal_keeps_the_groups_that_differ_and_fills_the_micro_batches_wi
     assert out["names"] == list("befghi") and out["advantages"].tolist() == pytest.approx([0, .5, -.5, .5, -.5, .2])
     flat = {**batch, "advantages": torch.zeros(12)}
     assert with_signal(flat, group=4, chunks=2)["names"] == list("bi")  # nothing to learn: the shortest, to step
+    per_token = {**flat, "advantages": torch.zeros(12, 3)}  # SDPO's: a flat group still carries the teacher's term
+    assert with_signal(per_token, group=4, chunks=2) is per_token
     with pytest.raises(ValueError):
         with_signal(batch, group=5, chunks=2)
 

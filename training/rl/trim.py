@@ -134,7 +134,7 @@ class TrimmedBatches:
             # advantages centred on each group's mean (not the batch's, as normalize_then_sum does), one process
             # holding whole groups in order
             if (self.skip_flat_groups and self.beta == 0.0 and self.accelerator.num_processes == 1
-                    and getattr(self, "multi_objective_aggregation", "sum_then_normalize") == "sum_then_normalize"):
+                    and self.multi_objective_aggregation == "sum_then_normalize"):
                 batch = with_signal(batch, self.num_generations, self.args.steps_per_generation)
             self._buffered_inputs = split_tensor_dict(by_length(batch), self.args.steps_per_generation)
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
@@ -170,9 +170,12 @@ def by_length(batch: dict) -> dict:
 def with_signal(batch: dict, group: int, chunks: int) -> dict:
     """The rows of a generation batch (groups of ``group`` consecutive rows) whose group's advantages differ, plus
     the shortest rows of flat groups as needed to make a multiple of ``chunks`` rows (at least ``chunks``), in their
-    order. With no KL term, a flat group's rows add nothing to the gradient (module docstring)."""
+    order. With no KL term, a flat group's rows add nothing to the gradient (module docstring). Per-token advantages
+    (SDPO's, a teacher's term mixed in) leave every row as it is: there a flat group's rows still carry that term."""
     adv = batch["advantages"]
-    if adv.ndim != 1 or len(adv) % group:
+    if adv.ndim != 1:
+        return batch
+    if len(adv) % group:
         raise ValueError(f"a generation batch of {len(adv)} rows is not made of groups of {group}")
     groups = adv.view(-1, group)
     flat = (groups.amax(1) == groups.amin(1)).repeat_interleave(group)
