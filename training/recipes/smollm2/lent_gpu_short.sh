@@ -21,7 +21,7 @@ python3 -c "from training.engine.smollm2 import resolve; print(resolve('smollm2-
 RUN_ROOT=/tmp/grpo2-gpu
 pack() {
   tar -czf "$OUT/runs.tar.part" -C /tmp grpo2-gpu-curves $(cd /tmp && ls -d grpo2-gpu/*.log grpo2-gpu/*/episodes* \
-    grpo2-gpu/*/final/*.json 2>/dev/null) 2>/dev/null
+    grpo2-gpu/*/final/adapter_config.json grpo2-gpu/*/final/lineage.json 2>/dev/null) 2>/dev/null
   mv "$OUT/runs.tar.part" "$OUT/runs.tgz"
 }
 mkdir -p "$RUN_ROOT" /tmp/grpo2-gpu-curves
