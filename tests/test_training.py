@@ -585,9 +585,9 @@ def test_flat_groups_are_replaced_by_spare_groups_that_carry_signal():
 def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(tiny_dir, tmp_path):
     """A GRPO run with --spare_groups plays the spares in the step's batch: the curve logs the share of flat
     groups as sampled and as trained, and every episode it trained on (episode log) is a train row, spares
-    included, never one of another step."""
+    included, never one of another step. The log's folder is made when missing."""
     from training import grpo
-    out, curve, log = tmp_path / "grpo", tmp_path / "curve.json", tmp_path / "episodes"
+    out, curve, log = tmp_path / "grpo", tmp_path / "curve.json", tmp_path / "logs" / "run" / "episodes"
     grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(out), "--curve", str(curve),
                "--spare_groups", "2", "--episode_log", str(log)])
     points = json.loads(curve.read_text())["points"]
@@ -599,7 +599,7 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
         assert -1 <= p["reward_mean_sampled"] <= 1
         if not p["groups_replaced"]:  # nothing replaced: what was sampled is what was trained
             assert p["reward_mean_sampled"] == pytest.approx(p["reward_mean"])
-    played = [json.loads(line) for line in (tmp_path / "episodes.rank0.jsonl").read_text().splitlines()]
+    played = [json.loads(line) for line in log.with_name("episodes.rank0.jsonl").read_text().splitlines()]
     assert len(played) == 16 and all(e["row"] == e["episode"]["seed"] for e in played)
     spares = {e["row"] for e in played if e["row"] >= 16}  # the dataset holds 2 steps x 8 rows
     assert spares <= set(range(16, 16 + 2 * 2)) and sum(p["groups_replaced"] for p in points) == len(spares)

@@ -193,7 +193,9 @@ class EpisodeRollouts:
         trainer._rollout_scored = [r.env_mask[:self.cfg.max_completion_length] for r in records]  # TrimmedBatches
         step = trainer.state.global_step + 1
         if self.script.episode_log:
-            with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:
+            log = Path(f"{self.script.episode_log}.rank{acc.process_index}.jsonl")
+            log.parent.mkdir(parents=True, exist_ok=True)  # a folder of its own, outside --output_dir
+            with open(log, "a") as f:
                 for r in rows:
                     f.write(json.dumps({"step": step, "process": acc.process_index, "row": r,
                                         "episode": asdict(self._episode(r))}) + "\n")
