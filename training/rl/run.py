@@ -147,6 +147,8 @@ class EpisodeRollouts:
         self.spares_used = 0  # spare rows this process has drawn so far (it draws every num_processes-th)
         self.backend = self.agent = None
         self.steps: list[dict] = []
+        if script.episode_log:  # its folder may be its own, outside --output_dir: made before any episode is played
+            Path(script.episode_log).parent.mkdir(parents=True, exist_ok=True)
 
     def _policy(self, trainer):
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -193,9 +195,7 @@ class EpisodeRollouts:
         trainer._rollout_scored = [r.env_mask[:self.cfg.max_completion_length] for r in records]  # TrimmedBatches
         step = trainer.state.global_step + 1
         if self.script.episode_log:
-            log = Path(f"{self.script.episode_log}.rank{acc.process_index}.jsonl")
-            log.parent.mkdir(parents=True, exist_ok=True)  # a folder of its own, outside --output_dir
-            with open(log, "a") as f:
+            with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:
                 for r in rows:
                     f.write(json.dumps({"step": step, "process": acc.process_index, "row": r,
                                         "episode": asdict(self._episode(r))}) + "\n")

@@ -21,19 +21,7 @@ FINAL=runs/grpo-smollm2-gpu/final
 [ -f "$FINAL/adapter_model.safetensors" ] || { echo "no final adapter"; exit 1; }
 # the adapter in bf16 (16 MiB per returned file) beside its config, tokenizer and lineage (TRL's reference copy
 # stays behind), evaluated from /tmp/adapter and returned as one tar (8 files come back)
-python3 - "$FINAL" /tmp/adapter <<'PY'
-import shutil, sys
-from pathlib import Path
-import torch
-from safetensors.torch import load_file, save_file
-src, dst = Path(sys.argv[1]), Path(sys.argv[2])
-dst.mkdir(parents=True, exist_ok=True)
-save_file({k: v.to(torch.bfloat16) for k, v in load_file(src / "adapter_model.safetensors").items()},
-          dst / "adapter_model.safetensors", metadata={"format": "pt"})
-for f in src.iterdir():
-    if f.is_file() and f.name != "adapter_model.safetensors":
-        shutil.copy(f, dst / f.name)
-PY
+python3 training/recipes/smollm2/adapter_bf16.py "$FINAL" /tmp/adapter || exit 1
 tar -cf "$OUT/adapter.tar" -C /tmp adapter && ls -la /tmp/adapter
 start=$(date +%s)
 timeout "$EVAL_S" python3 training/evaluate.py --scenarios builtin --buyers expert \

@@ -34,17 +34,9 @@ PARALLEL=1 STEPS="$STEPS" START=.gpu/start RUN_ROOT="$RUN_ROOT" CURVES=/tmp/grpo
 echo "wall: $(( $(date +%s) - start )) s"
 kill "$packer" 2>/dev/null
 # each final adapter in bf16 (16 MiB per returned file, 8 files at most)
-python3 - "$RUN_ROOT" "$OUT" <<'PY'
-import sys
-from pathlib import Path
-import torch
-from safetensors.torch import load_file, save_file
-root, out = Path(sys.argv[1]), Path(sys.argv[2])
-for final in sorted(root.glob("*/final")):
-    f = final / "adapter_model.safetensors"
-    if f.is_file():
-        save_file({k: v.to(torch.bfloat16) for k, v in load_file(f).items()}, out / f"{final.parent.name}.safetensors",
-                  metadata={"format": "pt"})
-PY
+for final in "$RUN_ROOT"/*/final; do
+  [ -f "$final/adapter_model.safetensors" ] || continue
+  python3 training/recipes/smollm2/adapter_bf16.py "$final" "$OUT/$(basename "$(dirname "$final")").safetensors"
+done
 pack
 ls -la "$OUT"
