@@ -312,3 +312,30 @@ def test_a_checkpoint_exported_once_opens_from_its_export_without_loading_it(tmp
     save_file(tensors, weights)
     changed = choice.checkpoint_backend(str(ckpt), GREEDY, engine="llamacpp")
     assert loads == [str(ckpt)] * 2 and changed.path != first.path
+
+
+def test_an_adapter_in_bf16_keeps_its_weights_to_bf16_precision_and_its_other_files(tmp_path):
+    """The lent machine's return path: the weights halve in size, round only as far as bf16, and the folder form
+    carries the config beside them (the file form is the weights alone)."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from training.engine.export import adapter_to_bf16
+
+    src = tmp_path / "adapter"
+    src.mkdir()
+    weights = {"a.lora_A.weight": torch.randn(8, 64), "a.lora_B.weight": torch.randn(64, 8) * 1e-3}
+    save_file(weights, src / "adapter_model.safetensors")
+    (src / "adapter_config.json").write_text(json.dumps({"r": 8}))
+    adapter_to_bf16(src, tmp_path / "folder")
+    adapter_to_bf16(src, tmp_path / "alone.safetensors")
+    assert json.loads((tmp_path / "folder" / "adapter_config.json").read_text()) == {"r": 8}
+    for out in (load_file(tmp_path / "folder" / "adapter_model.safetensors"), load_file(tmp_path / "alone.safetensors")):
+        assert out.keys() == weights.keys()
+        for name, t in out.items():
+            assert t.dtype == torch.bfloat16
+            assert torch.allclose(t.float(), weights[name], rtol=1e-2, atol=0)
+            assert not torch.equal(t.float(), weights[name])  # rounded, not copied
+    assert (tmp_path / "alone.safetensors").stat().st_size < 0.6 * (src / "adapter_model.safetensors").stat().st_size

@@ -21,7 +21,7 @@ FINAL=runs/grpo-smollm2-gpu/final
 [ -f "$FINAL/adapter_model.safetensors" ] || { echo "no final adapter"; exit 1; }
 # the adapter in bf16 (16 MiB per returned file) beside its config, tokenizer and lineage (TRL's reference copy
 # stays behind), evaluated from /tmp/adapter and returned as one tar (8 files come back)
-python3 training/recipes/smollm2/adapter_bf16.py "$FINAL" /tmp/adapter || exit 1
+python3 -c 'import sys; from pathlib import Path; from training.engine.export import adapter_to_bf16; adapter_to_bf16(*map(Path, sys.argv[1:]))' "$FINAL" /tmp/adapter || exit 1
 tar -cf "$OUT/adapter.tar" -C /tmp adapter && ls -la /tmp/adapter
 start=$(date +%s)
 timeout "$EVAL_S" python3 training/evaluate.py --scenarios builtin --buyers expert \

@@ -36,7 +36,7 @@ kill "$packer" 2>/dev/null
 # each final adapter in bf16 (16 MiB per returned file, 8 files at most)
 for final in "$RUN_ROOT"/*/final; do
   [ -f "$final/adapter_model.safetensors" ] || continue
-  python3 training/recipes/smollm2/adapter_bf16.py "$final" "$OUT/$(basename "$(dirname "$final")").safetensors"
+  python3 -c 'import sys; from pathlib import Path; from training.engine.export import adapter_to_bf16; adapter_to_bf16(*map(Path, sys.argv[1:]))' "$final" "$OUT/$(basename "$(dirname "$final")").safetensors"
 done
 pack
 ls -la "$OUT"
