@@ -658,7 +658,8 @@ def test_grpo_without_kl_skips_flat_groups_and_takes_the_same_step(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_grpo_samples_its_episodes_on_llamacpp_and_trains_on_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("consistency", ["per_false_claim", "signed_share"])
+def test_grpo_samples_its_episodes_on_llamacpp_and_trains_on_them(tmp_path, monkeypatch, consistency):
     """--rollout_backend llamacpp: every step exports the policy it is about to sample from (the curve says how long
     that took), plays the step's episodes on the engine and trains on them. With --consistency_weight the false
     claims of the buyer's Thoughts are a second reward, logged apart from the environment's."""
@@ -674,7 +675,7 @@ def test_grpo_samples_its_episodes_on_llamacpp_and_trains_on_them(tmp_path, monk
     out, curve = tmp_path / "grpo", tmp_path / "curve.json"
     grpo.main(["--smoke", "--model_name_or_path", str(SHIPPED_TINY), "--output_dir", str(out), "--curve", str(curve),
                "--max_new_tokens", "128", "--learning_rate", "1e-3", "--rollout_backend", "llamacpp",
-               "--rollout_precision", "float32", "--consistency_weight", "0.5"])
+               "--rollout_precision", "float32", "--consistency_weight", "0.5", "--consistency_reward", consistency])
     artifact = json.loads(curve.read_text())
     points = artifact["points"]
     assert [p["step"] for p in points] == [1, 2]
@@ -685,7 +686,13 @@ def test_grpo_samples_its_episodes_on_llamacpp_and_trains_on_them(tmp_path, monk
         assert p["episodes"] == 8 and p["export_s"] > 0 and p["rollout_s"] > 0 and p["context_full"] == 0
         assert -1 <= p["reward_mean"] <= 1 and p["grad_norm"] > 0
         false = p["thought_claims"] * (1 - (p["thought_consistency"] or 0))  # this step's false claims
-        assert p["rewards/false_thought_claims/mean"] == pytest.approx(-false / p["episodes"])
+        if consistency == "per_false_claim":
+            assert p["rewards/false_thought_claims/mean"] == pytest.approx(-false / p["episodes"])
+        else:  # each episode's (true - false) / claims, 0 where it stated none, averaged over the step
+            got = handed[p["step"] - 1]
+            assert sum(got["claims"]) == p["thought_claims"] and sum(got["true_claims"]) == p["thought_claims"] - false
+            shares = [(2 * t - n) / n if n else 0.0 for t, n in zip(got["true_claims"], got["claims"])]
+            assert p["rewards/thought_claims_signed_share/mean"] == pytest.approx(sum(shares) / len(shares))
     start, end = load_file(SHIPPED_TINY / "model.safetensors"), load_file(out / "final" / "model.safetensors")
     assert any(not torch.equal(start[k], end[k]) for k in start), "the policy trained on the engine's episodes"
     assert (out / "gguf" / "process0").is_dir() and not any((out / "gguf" / "process0").iterdir()), \
@@ -748,3 +755,15 @@ def test_curves_compare_on_the_reward_as_sampled_and_pool_thought_claims(tmp_pat
         compare.main([str(tmp_path / "missing.json")])
     with pytest.raises(ValueError, match="no points"):
         compare.summarize([])
+
+
+def test_the_signed_share_consistency_reward_pays_true_claims_and_never_pays_silence():
+    """``--consistency_reward signed_share``: all true +1, all false -1, half and half 0, no claim 0 (a buyer that
+    stops stating comparisons gains nothing over one that states them truly), bounded whatever the count; and a
+    form that is not one of the two is refused."""
+    from training.rl.run import GRPOScriptArguments, thought_claims_signed_share
+
+    assert thought_claims_signed_share([None] * 5, true_claims=[4, 0, 2, 0, 30], claims=[4, 3, 4, 0, 31]) == \
+        pytest.approx([1.0, -1.0, 0.0, 0.0, 29 / 31])
+    with pytest.raises(ValueError, match="--consistency_reward must be one of"):
+        GRPOScriptArguments(consistency_reward="per_claim")

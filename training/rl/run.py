@@ -63,10 +63,15 @@ class GRPOScriptArguments(GameArguments):
                 "reward (TRL's reward_weights [1, W]); 0 for none. The curves and evaluations report the "
                 "environment's reward alone"})
     consistency_weight: float = field(default=0.0, metadata={
-        "help": "training-only shaping for the bilateral game: a TRL reward function, minus the number of false "
-                "ask/offer-vs-budget comparisons the buyer's Thoughts stated in the episode (env/bargain/"
-                "consistency.py), weighted by this against the environment's reward; 0 for none. The curves and "
-                "evaluations report the environment's reward alone, and thought_consistency beside it"})
+        "help": "training-only shaping for the bilateral game: a TRL reward function over the ask/offer-vs-budget "
+                "comparisons the buyer's Thoughts stated in the episode (env/bargain/consistency.py; its form is "
+                "--consistency_reward), weighted by this against the environment's reward; 0 for none. The curves "
+                "and evaluations report the environment's reward alone, and thought_consistency beside it"})
+    consistency_reward: str = field(default="per_false_claim", metadata={
+        "help": "--consistency_weight's reward: per_false_claim (minus the episode's false claims: unbounded, and a "
+                "claim left unsaid is never wrong, so a large weight teaches the buyer to stop stating comparisons) "
+                "or signed_share ((true - false) / claims, in [-1, 1], 0 with no claim: a true comparison earns what "
+                "a false one costs, whatever the episode's length)"})
     spare_groups: int = field(default=0, metadata={
         "help": "groups played per step beside the step's own, on fresh train rows, to stand in for groups whose "
                 "episodes all scored the same (no group-relative signal): DAPO's dynamic sampling without a second "
@@ -104,6 +109,9 @@ class GRPOScriptArguments(GameArguments):
         if not self.consistency_weight >= 0:
             raise ValueError(f"--consistency_weight must be 0 or more (a penalty per false claim), got "
                              f"{self.consistency_weight}")
+        if self.consistency_reward not in CONSISTENCY_REWARDS:
+            raise ValueError(f"--consistency_reward must be one of {', '.join(CONSISTENCY_REWARDS)}, got "
+                             f"{self.consistency_reward!r}")
         if self.spare_groups < 0:
             raise ValueError(f"--spare_groups must be 0 or more, got {self.spare_groups}")
         if not self.refusal_weight >= 0:  # also refuses NaN
@@ -234,6 +242,8 @@ class EpisodeRollouts:
             out["refused"] = [r.metrics["invalid"] for r in records]
         if self.script.consistency_weight:
             out["false_claims"] = [r.metrics["thought_claims"] - r.metrics["thought_claims_true"] for r in records]
+            out["true_claims"] = [r.metrics["thought_claims_true"] for r in records]
+            out["claims"] = [r.metrics["thought_claims"] for r in records]
         return out
 
 
@@ -321,11 +331,22 @@ def false_thought_claims(completions, false_claims, **_) -> list[float]:
     return [-float(n) for n in false_claims]
 
 
+def thought_claims_signed_share(completions, true_claims, claims, **_) -> list[float]:
+    """Training-only shaping (``--consistency_reward signed_share``): (true - false) / claims over the buyer's
+    Thoughts in the episode, in [-1, 1] (0 where it stated none). Weighed against ``episode_reward`` by
+    ``reward_weights``."""
+    return [(2 * t - n) / n if n else 0.0 for t, n in zip(true_claims, claims)]
+
+
+CONSISTENCY_REWARDS = {"per_false_claim": false_thought_claims, "signed_share": thought_claims_signed_share}
+
+
 def curve_points(steps: list[dict], log_history: list[dict]) -> list[dict]:
     """Our per-step rollout stats joined with TRL's logged loss and entropy for the same step."""
     trl = {e["step"]: e for e in log_history if "loss" in e}
     keys = ("loss", "learning_rate", "grad_norm", "entropy", "kl", "clip_ratio/region_mean", "sdpo/lambda",
-            "sdpo/gap_mean", "sdpo/demo_rate", "rewards/refused_actions/mean", "rewards/false_thought_claims/mean")
+            "sdpo/gap_mean", "sdpo/demo_rate", "rewards/refused_actions/mean", "rewards/false_thought_claims/mean",
+            "rewards/thought_claims_signed_share/mean")
     return [{**s, **{k: trl[s["step"]][k] for k in keys if k in trl.get(s["step"], {})}} for s in steps]
 
 
@@ -363,7 +384,7 @@ class RLRun:
         """TRL's reward functions: the environment's reward, and the refusal and consistency shaping when asked for
         (in that order: ``_set_shaping`` weighs them)."""
         return [episode_reward] + ([refused_actions] if self.script.refusal_weight else []) + \
-            ([false_thought_claims] if self.script.consistency_weight else [])
+            ([CONSISTENCY_REWARDS[self.script.consistency_reward]] if self.script.consistency_weight else [])
 
 
 def prepare(script_cls, config_cls, argv: list[str] | None, script_path: str, default_curve: str,
