@@ -8,8 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-
 
 class EngineUnavailable(RuntimeError):
     """The engine is not installed, or cannot run this model; the message says which and what to do."""
@@ -36,6 +34,7 @@ def adapter_to_bf16(src: Path, dst: Path) -> None:
                     adapter_to_bf16(*map(Path, sys.argv[1:]))' SRC_DIR DST_DIR_OR_FILE
     """
     import torch  # noqa: PLC0415
+    from peft.utils import SAFETENSORS_WEIGHTS_NAME as ADAPTER_WEIGHTS  # noqa: PLC0415
     from safetensors.torch import load_file, save_file  # noqa: PLC0415
 
     src, dst = Path(src), Path(dst)

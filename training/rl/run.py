@@ -241,9 +241,8 @@ class EpisodeRollouts:
         if self.script.refusal_weight:  # TRL hands each extra field to the reward functions by name
             out["refused"] = [r.metrics["invalid"] for r in records]
         if self.script.consistency_weight:
-            out["false_claims"] = [r.metrics["thought_claims"] - r.metrics["thought_claims_true"] for r in records]
-            out["true_claims"] = [r.metrics["thought_claims_true"] for r in records]
             out["claims"] = [r.metrics["thought_claims"] for r in records]
+            out["true_claims"] = [r.metrics["thought_claims_true"] for r in records]
         return out
 
 
@@ -325,10 +324,10 @@ def refused_actions(completions, refused, **_) -> list[float]:
     return [-float(n) for n in refused]
 
 
-def false_thought_claims(completions, false_claims, **_) -> list[float]:
+def false_thought_claims(completions, true_claims, claims, **_) -> list[float]:
     """Training-only shaping (``--consistency_weight``): minus the number of false ask/offer-vs-budget comparisons
     in the buyer's Thoughts in the episode. Weighed against ``episode_reward`` by ``reward_weights``."""
-    return [-float(n) for n in false_claims]
+    return [float(t - n) for t, n in zip(true_claims, claims)]
 
 
 def thought_claims_signed_share(completions, true_claims, claims, **_) -> list[float]:
