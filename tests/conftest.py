@@ -58,6 +58,21 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory, tiny_dir):
+    """A small LlamaForCausalLM (SmolLM2's architecture, random weights) with the tiny tokenizer and
+    no Haggle lineage, so the training scripts treat it as a pretrained model and train LoRA on it."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny(tiny_dir):
     from training.engine.models import load_model
     return load_model(str(tiny_dir), device="cpu")

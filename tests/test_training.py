@@ -445,6 +445,36 @@ def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every
     assert torch.all(centred[:, 7:] == 0.5 * episode.unsqueeze(1).expand(4, 3))
 
 
+@pytest.mark.slow
+def test_sft_from_an_adapter_checkpoint_trains_that_adapter_on(tiny_llama_dir, tmp_path):
+    """A refresher: SFT given a LoRA checkpoint (a trainer's folder, no lineage of its own) goes on training its
+    adapter, not a second one on top, and the result still loads on the same base."""
+    from safetensors.torch import load_file
+
+    from training.common.provenance import read_lineage
+    from training.engine.models import load_model
+
+    _, first = sft.main(["--smoke", "--model", str(tiny_llama_dir), "--output_dir", str(tmp_path / "a"), "--curve", ""])
+    checkpoint = tmp_path / "checkpoint-3"  # as an RL trainer saves one: adapter and tokenizer, no lineage
+    shutil.copytree(first, checkpoint)
+    (checkpoint / "lineage.json").unlink()
+    _, final = sft.main(["--smoke", "--model", str(checkpoint), "--output_dir", str(tmp_path / "b"),
+                         "--curve", str(tmp_path / "b.json")])
+    before, after = load_file(first / "adapter_model.safetensors"), load_file(final / "adapter_model.safetensors")
+    assert set(after) == set(before), "the same adapter's weights, none nested under a second one"
+    assert any(not (after[k] == before[k]).all() for k in after), "the adapter trained on"
+    config = json.loads((final / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tiny_llama_dir)
+    lineage = read_lineage(final)
+    assert lineage["base_model"] == str(tiny_llama_dir) and lineage["stages"][-1]["stage"] == "sft"
+    curve = json.loads((tmp_path / "b.json").read_text())["provenance"]["config"]
+    assert curve["lora"] is True and curve["continued_adapter"] == str(checkpoint)
+    model, _ = load_model(str(final), device="cpu")
+    assert type(model).__name__ == "PeftModelForCausalLM"
+    with pytest.raises(SystemExit, match="--lora no"):
+        sft.main(["--smoke", "--model", str(checkpoint), "--lora", "no", "--output_dir", str(tmp_path / "c")])
+
+
 def test_sft_can_teach_a_model_the_sellers_side_and_it_then_sells_regulated(tiny_dir, tmp_path):
     from training import evaluate
     from training.engine.backends import TransformersBackend

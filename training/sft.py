@@ -11,6 +11,9 @@ last checkpoint in ``--output_dir``.
     python training/sft.py                          # tiny model, offline, CPU (~20 min here)
     python training/sft.py --smoke                  # a few seconds: what the tests run
     python training/sft.py --model Qwen/Qwen3-0.6B --reasoning_mode option_b --bf16 --use_cpu false
+
+``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
+expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
 from training.common.provenance import command_line, provenance, write_json, write_lineage
 from training.engine.backends import TransformersBackend
-from training.engine.models import is_pretrained, load_model, lora_config, resolve_model_path, save_adapter_base
+from training.engine.models import (adapter_base, is_pretrained, load_model, lora_config, resolve_model_path,
+                                   save_adapter_base)
 from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
@@ -39,7 +43,8 @@ DEFAULT_DIR = "runs/sft"
 
 @dataclass
 class SFTScriptArguments(GameArguments):
-    model: str = field(default="tiny", metadata={"help": "tiny, a local path or a Hub id"})
+    model: str = field(default="tiny", metadata={
+        "help": "tiny, a local path or a Hub id; a LoRA adapter folder (an SFT or RL checkpoint) trains that adapter on"})
     games: int = field(default=3000, metadata={"help": "expert games to clone"})
     reasoning_mode: str = field(default="option_a", metadata={
         "help": "option_a (Thought field), option_b (<think>), or both as 'option_a,option_b' (games alternate)"})
@@ -105,7 +110,12 @@ def main(argv: list[str] | None = None):
         raise SystemExit(f"error: {exc}") from None
     game.defaults(cfg, DEFAULT_CURVE, DEFAULT_DIR)
     start = time.perf_counter()
-    model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32")
+    base = adapter_base(script.model)  # continuing an adapter: it trains, and no second one goes on top
+    if base and script.lora == "no":
+        raise SystemExit(f"error: --lora no, but {script.model} is a LoRA adapter: training it goes on with LoRA "
+                         "(pass --lora auto), or give the base model to train all its weights")
+    model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32",
+                            trainable=base is not None)
     measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
     backend = TransformersBackend(model, tok)
     agents = [LLMAgent(backend, mode) for mode in script.modes]
@@ -116,9 +126,9 @@ def main(argv: list[str] | None = None):
               f"ones (their later moves carry no loss)", file=sys.stderr)
     print(f"{len(dataset)} expert games (mean {script.role} reward {sum(rewards) / len(rewards):+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
-    lora = script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
+    lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
-                         peft_config=lora_config() if lora else None)
+                         peft_config=lora_config() if lora and base is None else None)
     resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if resume else None)
     final = Path(cfg.output_dir) / "final"
@@ -127,12 +137,13 @@ def main(argv: list[str] | None = None):
     if not trainer.accelerator.is_main_process:  # one writer: the main process records the run
         return trainer, final
     tok.save_pretrained(final)
-    save_adapter_base(final, script.model)
+    save_adapter_base(final, base or script.model)
     write_lineage(final, resolve_model_path(script.model), "sft",
                   role=script.role if script.env == "bargain" else game.role)
     if script.curve:
         config = {"script": asdict(script), "sft": {k: v for k, v in cfg.to_dict().items() if "token" not in k},
                   "train_products": len(game.train), "checkpoint": str(final), "resumed": resume, "lora": lora,
+                  "continued_adapter": script.model if base else None,
                   "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32",
                   "precision_measured": measured,
                   "world_size": trainer.accelerator.num_processes}

@@ -99,7 +99,9 @@ def write_lineage(folder: str | os.PathLike, parent: str, stage: str, role: str 
     or ``haggle-tiny`` for the locally built tiny model) and the chain of stages, each with the
     role it trained (``buyer`` or ``seller``; the Space seats a model only in its trained roles)."""
     up = read_lineage(parent)
-    base = up["base_model"] if up else parent
+    adapter = Path(parent) / "adapter_config.json"  # a trainer's checkpoint: an adapter with no lineage of its own
+    base = up["base_model"] if up else \
+        json.loads(adapter.read_text())["base_model_name_or_path"] if adapter.is_file() else parent
     entry = {"stage": stage, "from": str(parent), "commit": git_commit()}
     if role:
         entry["role"] = role

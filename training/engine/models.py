@@ -243,6 +243,19 @@ def checkpoint_key(name: str) -> str | None:
     return digest.hexdigest()
 
 
+def adapter_base(name: str) -> str | None:
+    """The base model under a LoRA adapter folder, as ``load_model`` finds it anywhere (its lineage's base model, else
+    the one its adapter config names); None when ``name`` is not an adapter (a base model, a full checkpoint)."""
+    try:
+        path, base = _path_and_base(name)
+    except ModelNotFound:
+        return None
+    if base == path:
+        return None
+    lineage = read_lineage(path)
+    return lineage["base_model"] if lineage else base
+
+
 def save_adapter_base(folder: str | os.PathLike, base: str) -> None:
     """Name the base of a saved LoRA adapter the way ``load_model`` finds it on any machine (the
     model's name, not this machine's cache folder)."""
