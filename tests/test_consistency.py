@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from env.bargain.consistency import Claim, check, claims
+from env.bargain.consistency import Claim, check, claims, standing_prices, verdicts
 from env.bargain.players.buyers import compare_digits
 from env.bargain.protocol import format_price
 
@@ -82,3 +82,57 @@ def test_the_environment_scores_each_buyer_thought_against_its_own_turn(scenario
     row = summarize([m, m])
     assert row["thought_claims"] == 4 and row["thought_consistency"] == 0.5
     assert summarize([m._replace(thought_claims=0, thought_claims_true=0)])["thought_consistency"] is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**6), st.integers(1, 10**6), st.sampled_from(["over", "within", "above", "under", "below"]),
+       st.sampled_from(["Ask {a} vs budget {b}: {v} budget. Offer $1.00.", "the ask of {a} is {v} my budget of {b}",
+                        "Thinking. Ask {a} vs my budget {b} -> {v} budget"]))
+def test_each_verdict_is_located_and_its_true_word_makes_the_claim_true(ask_cents, budget_cents, word, form):
+    """What a verdict-teaching stage trains on: the verdict word's place, whether it is true, and the word the truth
+    calls for; writing that word in its place makes the Thought's claim true."""
+    ask, budget = ask_cents / 100, budget_cents / 100
+    text = form.format(a=format_price(ask), b=format_price(budget), v=word)
+    [(at, true, want)] = verdicts(text, ask, budget)
+    assert text[at:].startswith(word)
+    assert want == ("over" if ask > budget else "within")
+    assert true == (check(text, ask, budget)["true"] == 1)
+    fixed = text[:at] + want + text[at + len(word):]
+    assert check(fixed, ask, budget)["true"] == 1
+
+
+def test_a_claim_that_misnames_a_price_gets_no_verdict_label():
+    text = "Ask $120.00 vs budget $150.00: within budget. Offer vs budget $150.00."
+    assert check(text, 130.0, 150.0)["true"] == 0
+    assert verdicts(text, 130.0, 150.0) == [] and verdicts(text, 120.0, 149.0) == []
+    assert verdicts(text, 120.0, 150.0) == [(text.index("within"), True, "within")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(50, 250), st.sampled_from(["over", "within"]), st.sampled_from(["ask", "offer"])),
+                min_size=2, max_size=12))
+def test_standing_prices_recover_what_the_environment_checked_each_thought_against(moves):
+    """Any run of moves (seller asks below cost are blocked, a buyer offer over budget ends the game): the claims
+    checked against ``standing_prices`` of the transcript are true exactly as often as the environment counted."""
+    from env.bargain.env import BargainEnv
+    from env.bargain.sources import make_scenario
+    from tests.conftest import reply
+
+    env = BargainEnv(6)
+    env.reset(0, {"scenario": make_scenario("Test Kettle", "A kettle.", "home-kitchen", 200.0, 100.0, "test")})
+    ask = offer = None
+    for k, (price, word, what) in enumerate(moves):
+        if k % 2:  # the seller: prices under its cost ($100) are blocked
+            step = env.step(reply(f"[SELL] ${price}", thought=f"Ask ${price}.00 vs budget $1.00: over budget."))
+            ask = price if price >= 100 and step.info.get("error") is None else ask
+        else:
+            named = ask if what == "ask" else price
+            thought = (f"{what} ${named}.00 vs budget $160.00: {word} budget." if named is not None else "No ask yet.")
+            step = env.step(reply(f"[BUY] ${price}", thought=thought))
+        if step.done:
+            break
+    turns, budget = env.transcript()["turns"], 160.0
+    found = [check(turns[i]["thought"] or "", a, budget, o) for i, a, o in standing_prices(turns)]
+    m = env.metrics()
+    assert sum(f["claims"] for f in found) == m.thought_claims and sum(f["true"] for f in found) == m.thought_claims_true
+    assert [i for i, *_ in standing_prices(turns)] == [i for i, t in enumerate(turns) if t["role"] == "buyer"]

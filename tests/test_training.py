@@ -445,6 +445,72 @@ def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every
     assert torch.all(centred[:, 7:] == 0.5 * episode.unsqueeze(1).expand(4, 3))
 
 
+def test_verdict_labels_fall_on_each_verdict_word_and_name_the_true_one(tiny):
+    """A buyer that plays the expert's moves but flips the verdict of every other Thought: each checkable verdict word
+    is labelled, in order, with the word the truth calls for; only the flipped ones change; nothing else is trained,
+    and the stream ends at the last label."""
+    from env.bargain.catalog import builtin_catalog
+    from env.bargain.consistency import standing_prices, verdicts
+    from env.bargain.players.buyers import ExpertBuyer
+    from training.engine.backends import TransformersBackend
+    from training.engine.rollout import LLMAgent, Teacher
+    from training.games.bargain.rollout import play_episodes
+    from training.games.bargain.verdicts import verdict_example
+
+    class Flipper(ExpertBuyer):
+        def decide(self, obs):
+            thought, talk, action = super().decide(obs)
+            if obs.turn % 2 == 0:
+                thought = thought.replace("over budget", "@").replace("within budget", "over budget").replace(
+                    "@", "within budget")
+            return thought, talk, action
+
+    model, tok = tiny
+    agent = LLMAgent(TransformersBackend(model, tok))
+    products = builtin_catalog()[:6]
+    records = play_episodes([(p, i) for i, p in enumerate(products)], Teacher(Flipper, agent), "boulware")
+    flipped = kept = 0
+    for rec in records:
+        ids, mask, true, false = verdict_example(rec, tok)
+        full = rec.prompt_ids + rec.completion_ids
+        turns, budget = rec.transcript["turns"], rec.transcript["scenario"]["budget"]
+        wanted = [(ok, want) for i, ask, own in standing_prices(turns)
+                  for _, ok, want in verdicts(turns[i]["thought"] or "", ask, budget, own)]
+        assert (true, false) == (sum(ok for ok, _ in wanted), sum(not ok for ok, _ in wanted))
+        if not wanted:
+            assert ids == mask == []
+            continue
+        labelled = [p for p, m in enumerate(mask) if m]
+        assert [tok.decode([ids[p]]).strip() for p in labelled] == [w for _, w in wanted]
+        assert len(ids) == labelled[-1] + 1 and ids == [full[p] if p not in labelled else ids[p] for p in range(len(ids))]
+        changed = [p for p in labelled if ids[p] != full[p]]
+        assert len(changed) == false
+        flipped, kept = flipped + false, kept + true
+    assert flipped and kept, "the games stated both false and true verdicts"
+
+
+@pytest.mark.slow
+def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_path, capsys):
+    """``--teach verdicts`` end to end: the shipped tiny buyer samples its own games (llama.cpp), every labelled
+    token is a verdict word, the curve records the verdicts as written, and the model it saves has trained."""
+    from safetensors.torch import load_file
+
+    start = ROOT / "artifacts/checkpoints/grpo-tiny"
+    _, final = sft.main(["--smoke", "--model", str(start), "--teach", "verdicts", "--games", "12",
+                         "--output_dir", str(tmp_path / "v"), "--curve", str(tmp_path / "v.json")])
+    curve = json.loads((tmp_path / "v.json").read_text())
+    own = curve["own_games"]
+    assert own["verdicts_true"] + own["verdicts_false"] > 0 and 0 < own["labelled_games"] <= 12
+    assert -1 <= own["reward_mean"] <= 1 and "expert_reward_mean" not in curve
+    assert curve["provenance"]["config"]["script"]["teach"] == "verdicts" and curve["points"]
+    before, after = load_file(start / "model.safetensors"), load_file(final / "model.safetensors")
+    assert any(not (after[k] == before[k]).all() for k in after if k in before)
+    with pytest.raises(ValueError, match="--teach"):
+        sft.SFTScriptArguments(teach="verdicts", role="seller")
+    with pytest.raises(ValueError, match="--teach"):
+        sft.SFTScriptArguments(teach="nonsense")
+
+
 @pytest.mark.slow
 def test_sft_from_an_adapter_checkpoint_trains_that_adapter_on(tiny_llama_dir, tmp_path):
     """A refresher: SFT given a LoRA checkpoint (a trainer's folder, no lineage of its own) goes on training its

@@ -12,12 +12,16 @@ last checkpoint in ``--output_dir``.
     python training/sft.py --smoke                  # a few seconds: what the tests run
     python training/sft.py --model Qwen/Qwen3-0.6B --reasoning_mode option_b --bf16 --use_cpu false
 
+``--teach verdicts`` trains on the model's own games instead, the loss on its Thoughts' ask/offer-vs-budget verdict words
+alone, each labelled with the true one (``training/games/bargain/verdicts.py``).
+
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,7 +34,8 @@ from env.bargain.protocol import REASONING_MODES
 from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
 from training.common.provenance import command_line, provenance, write_json, write_lineage
-from training.engine.backends import TransformersBackend
+from training.engine.backends import SamplingConfig, TransformersBackend
+from training.engine.llamacpp import EngineUnavailable, LlamaCppBackend
 from training.engine.models import (adapter_base, is_pretrained, load_model, lora_config, resolve_model_path,
                                    save_adapter_base)
 from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
@@ -56,6 +61,11 @@ class SFTScriptArguments(GameArguments):
                 "--sellers against the scripted buyers: a model seller, e.g. the frozen opponent of "
                 "generalisation study (d)); bilateral game only"})
     precision: str = field(default="", metadata={"help": PRECISION_HELP})
+    teach: str = field(default="expert", metadata={
+        "help": "expert: clone the expert's games; verdicts: the model plays --games of its own against the seller "
+                "mix (sampled at --temperature, on llama.cpp where it runs) and learns only the verdict words of its "
+                "Thoughts' ask/offer-vs-budget comparisons, each labelled with the true one (bilateral buyer)"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature of --teach verdicts' games"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
@@ -68,6 +78,12 @@ class SFTScriptArguments(GameArguments):
         if self.lora not in ("auto", "yes", "no"):
             raise ValueError(f"--lora must be auto, yes or no, got {self.lora!r}")
         check_precision(self.precision)
+        if self.teach not in ("expert", "verdicts"):
+            raise ValueError(f"--teach must be expert or verdicts, got {self.teach!r}")
+        if self.teach == "verdicts" and (self.env != "bargain" or self.role != "buyer"):
+            raise ValueError("--teach verdicts labels a buyer's Thoughts: the bilateral game's buyer only")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature must be above 0 (the games are sampled), got {self.temperature}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
@@ -117,15 +133,31 @@ def main(argv: list[str] | None = None):
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32",
                             trainable=base is not None)
     measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
-    backend = TransformersBackend(model, tok)
-    agents = [LLMAgent(backend, mode) for mode in script.modes]
-    dataset, rewards = game.expert_games(agents, script.games, role=script.role)
+    if script.teach == "verdicts":
+        sampler = _sampler(model, tok, script, cfg.seed)
+        try:
+            dataset, verdicts, reward = game.verdict_games(LLMAgent(sampler, script.modes[0]), script.games)
+        finally:
+            if isinstance(sampler, LlamaCppBackend):  # llama.cpp's context, and its export (never read again)
+                sampler.close()
+                shutil.rmtree(sampler.path.parent, ignore_errors=True)
+        if not len(dataset):
+            raise SystemExit(f"error: the model's {script.games} games state no checkable ask/offer-vs-budget "
+                             "verdict in their Thoughts: nothing to teach (--teach verdicts)")
+        print(f"{len(dataset)} of the model's {script.games} games carry verdicts: {verdicts[0]} true and "
+              f"{verdicts[1]} false as written (mean buyer reward {reward:+.3f})", file=sys.stderr)
+        rewards = [reward]
+    else:
+        verdicts = None
+        agents = [LLMAgent(TransformersBackend(model, tok), mode) for mode in script.modes]
+        dataset, rewards = game.expert_games(agents, script.games, role=script.role)
     longest = max(len(x) for x in dataset["input_ids"])
     if cfg.max_length and longest > cfg.max_length:
         print(f"note: expert games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
-    print(f"{len(dataset)} expert games (mean {script.role} reward {sum(rewards) / len(rewards):+.3f}); "
-          f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
+    print(f"{len(dataset)} {'labelled' if verdicts else 'expert'} games (mean {script.role} reward "
+          f"{sum(rewards) / len(rewards):+.3f}); {sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} "
+          "tokens per game", file=sys.stderr)
     lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
                          peft_config=lora_config() if lora and base is None else None)
@@ -147,12 +179,28 @@ def main(argv: list[str] | None = None):
                   "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32",
                   "precision_measured": measured,
                   "world_size": trainer.accelerator.num_processes}
-        seeds = {"games": game.expert_seed_rule(len(agents)), "training_seed": cfg.seed}
+        seeds = {"games": game.seed_rule("games") if verdicts else game.expert_seed_rule(len(script.modes)),
+                 "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),
-                                  "expert_reward_mean": sum(rewards) / len(rewards)})
+                                  **({"own_games": {"reward_mean": rewards[0], "verdicts_true": verdicts[0],
+                                                    "verdicts_false": verdicts[1], "labelled_games": len(dataset)}}
+                                     if verdicts else {"expert_reward_mean": sum(rewards) / len(rewards)})})
     return trainer, final
+
+
+def _sampler(model, tok, script, seed: int):
+    """The backend the model's own games sample on: llama.cpp over its current weights (an adapter merged into a
+    copy), else transformers where the engine or its converter cannot be had."""
+    from training.rl.engine import merged  # noqa: PLC0415
+
+    sampling = SamplingConfig(temperature=script.temperature, seed=seed)
+    try:
+        return LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, 32), batched=True)
+    except EngineUnavailable as exc:
+        print(f"note: sampling the model's games with transformers ({exc})", file=sys.stderr)
+        return TransformersBackend(model, tok, sampling)
 
 
 if __name__ == "__main__":

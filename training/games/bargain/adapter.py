@@ -92,6 +92,26 @@ class BargainGame:
                 "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
                 **thought_consistency([EpisodeMetrics(**r.metrics) for r in records])}
 
+    def verdict_games(self, agent, games: int):
+        """``games`` of the policy's own (``agent`` samples; rows as ``rows``, sellers as ``play``) as verdict labels
+        (``training/games/bargain/verdicts.py``): a dataset of ``input_ids`` and ``completion_mask``, the verdicts'
+        ``(true, false)`` counts as the policy wrote them, and the games' mean buyer reward."""
+        from datasets import Dataset  # noqa: PLC0415
+
+        from training.games.bargain.verdicts import verdict_example  # noqa: PLC0415
+
+        records = self.play(agent, self.rows(games))
+        ids, masks, counts = [], [], [0, 0]
+        for rec in records:
+            i, m, true, false = verdict_example(rec, agent.tokenizer)
+            if i:
+                ids.append(i)
+                masks.append(m)
+            counts[0] += true
+            counts[1] += false
+        reward = statistics.fmean(r.reward for r in records)
+        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), tuple(counts), reward
+
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained
         role's tokens). Game ``i`` is train product ``i mod len(train)`` with seed ``i`` against seller
