@@ -44,6 +44,10 @@ from training.games import GameArguments, game_for
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
 DEFAULT_DIR = "runs/sft"
+# --teach verdicts plays the model's games this many at a time, each in its own llama.cpp slot (more games than slots
+# would feed each game's whole stream again at every turn; 64 rows a call were no faster per game than 32 here,
+# artifacts/benchmarks/rl.json, and hold twice the KV memory)
+VERDICT_CHUNK = 32
 
 
 @dataclass
@@ -134,9 +138,10 @@ def main(argv: list[str] | None = None):
                             trainable=base is not None)
     measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
     if script.teach == "verdicts":
-        sampler = _sampler(model, tok, script, cfg.seed)
+        sampler = _sampler(model, tok, script, cfg.seed, cfg.max_length)
         try:
-            dataset, verdicts, reward = game.verdict_games(LLMAgent(sampler, script.modes[0]), script.games)
+            dataset, verdicts, reward = game.verdict_games(LLMAgent(sampler, script.modes[0]), script.games,
+                                                           chunk=VERDICT_CHUNK)
         finally:
             if isinstance(sampler, LlamaCppBackend):  # llama.cpp's context, and its export (never read again)
                 sampler.close()
@@ -190,14 +195,16 @@ def main(argv: list[str] | None = None):
     return trainer, final
 
 
-def _sampler(model, tok, script, seed: int):
+def _sampler(model, tok, script, seed: int, context: int | None):
     """The backend the model's own games sample on: llama.cpp over its current weights (an adapter merged into a
-    copy), else transformers where the engine or its converter cannot be had."""
+    copy), a slot for each game of a batch, each holding ``context`` tokens (the longest stream SFT trains on), else
+    transformers where the engine or its converter cannot be had."""
     from training.rl.engine import merged  # noqa: PLC0415
 
     sampling = SamplingConfig(temperature=script.temperature, seed=seed)
     try:
-        return LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, 32), batched=True)
+        return LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, VERDICT_CHUNK),
+                               context=context or 0, batched=True)
     except EngineUnavailable as exc:
         print(f"note: sampling the model's games with transformers ({exc})", file=sys.stderr)
         return TransformersBackend(model, tok, sampling)

@@ -92,15 +92,19 @@ class BargainGame:
                 "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
                 **thought_consistency([EpisodeMetrics(**r.metrics) for r in records])}
 
-    def verdict_games(self, agent, games: int):
-        """``games`` of the policy's own (``agent`` samples; rows as ``rows``, sellers as ``play``) as verdict labels
+    def verdict_games(self, agent, games: int, chunk: int = 32):
+        """``games`` of the policy's own (``agent`` samples; rows as ``rows``, sellers as ``play``), played ``chunk``
+        at a time (an engine that keeps each game's state in one of its slots holds a chunk), as verdict labels
         (``training/games/bargain/verdicts.py``): a dataset of ``input_ids`` and ``completion_mask``, the verdicts'
         ``(true, false)`` counts as the policy wrote them, and the games' mean buyer reward."""
         from datasets import Dataset  # noqa: PLC0415
+        from tqdm.auto import tqdm  # noqa: PLC0415
 
         from training.games.bargain.verdicts import verdict_example  # noqa: PLC0415
 
-        records = self.play(agent, self.rows(games))
+        rows, records = self.rows(games), []
+        for i in tqdm(range(0, games, chunk), desc=f"own games ({chunk} a batch)", unit="batch"):
+            records += self.play(agent, rows[i: i + chunk])
         ids, masks, counts = [], [], [0, 0]
         for rec in records:
             i, m, true, false = verdict_example(rec, agent.tokenizer)
