@@ -445,10 +445,10 @@ def test_sdpo_dense_advantage_is_centred_so_a_biased_teacher_does_not_push_every
     assert torch.all(centred[:, 7:] == 0.5 * episode.unsqueeze(1).expand(4, 3))
 
 
-def test_verdict_labels_fall_on_each_verdict_word_and_name_the_true_one(tiny):
-    """A buyer that plays the expert's moves but flips the verdict of every other Thought: each checkable verdict word
-    is labelled, in order, with the word the truth calls for; only the flipped ones change; nothing else is trained,
-    and the stream ends at the last label."""
+def test_verdict_labels_correct_each_false_verdict_word_in_the_policys_own_stream(tiny):
+    """A buyer that plays the expert's moves but flips the verdict of every other Thought: each checkable verdict
+    word's token is, in order, the word the truth calls for; only the flipped ones change; the loss covers the buyer's
+    own tokens, the verdicts among them."""
     from env.bargain.catalog import builtin_catalog
     from env.bargain.consistency import standing_prices, verdicts
     from env.bargain.players.buyers import ExpertBuyer
@@ -467,32 +467,28 @@ def test_verdict_labels_fall_on_each_verdict_word_and_name_the_true_one(tiny):
 
     model, tok = tiny
     agent = LLMAgent(TransformersBackend(model, tok))
-    products = builtin_catalog()[:6]
-    records = play_episodes([(p, i) for i, p in enumerate(products)], Teacher(Flipper, agent), "boulware")
+    records = play_episodes([(p, i) for i, p in enumerate(builtin_catalog()[:6])], Teacher(Flipper, agent), "boulware")
     flipped = kept = 0
     for rec in records:
-        ids, mask, true, false = verdict_example(rec, tok)
+        ex = verdict_example(rec, tok)
         full = rec.prompt_ids + rec.completion_ids
         turns, budget = rec.transcript["turns"], rec.transcript["scenario"]["budget"]
         wanted = [(ok, want) for i, ask, own in standing_prices(turns)
                   for _, ok, want in verdicts(turns[i]["thought"] or "", ask, budget, own)]
-        assert (true, false) == (sum(ok for ok, _ in wanted), sum(not ok for ok, _ in wanted))
-        if not wanted:
-            assert ids == mask == []
-            continue
-        labelled = [p for p, m in enumerate(mask) if m]
-        assert [tok.decode([ids[p]]).strip() for p in labelled] == [w for _, w in wanted]
-        assert len(ids) == labelled[-1] + 1 and ids == [full[p] if p not in labelled else ids[p] for p in range(len(ids))]
-        changed = [p for p in labelled if ids[p] != full[p]]
-        assert len(changed) == false
-        flipped, kept = flipped + false, kept + true
+        assert (ex.true, ex.false) == (sum(ok for ok, _ in wanted), sum(not ok for ok, _ in wanted))
+        assert [tok.decode([ex.input_ids[p]]).strip() for p in ex.verdicts] == [w for _, w in wanted]
+        assert ex.completion_mask == [0] * len(rec.prompt_ids) + rec.env_mask
+        assert all(ex.completion_mask[p] for p in ex.verdicts), "every verdict is the buyer's own token"
+        changed = [p for p in range(len(full)) if ex.input_ids[p] != full[p]]
+        assert len(ex.input_ids) == len(full) and len(changed) == ex.false and set(changed) <= set(ex.verdicts)
+        flipped, kept = flipped + ex.false, kept + ex.true
     assert flipped and kept, "the games stated both false and true verdicts"
 
 
 @pytest.mark.slow
-def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_path, capsys):
-    """``--teach verdicts`` end to end: the shipped tiny buyer samples its own games (llama.cpp), every labelled
-    token is a verdict word, the curve records the verdicts as written, and the model it saves has trained."""
+def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_path):
+    """``--teach verdicts`` end to end: the shipped tiny buyer samples its own games (llama.cpp), the curve records
+    the verdicts as written, and the model it saves has trained."""
     from safetensors.torch import load_file
 
     start = ROOT / "artifacts/checkpoints/grpo-tiny"
@@ -500,7 +496,7 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
                          "--output_dir", str(tmp_path / "v"), "--curve", str(tmp_path / "v.json")])
     curve = json.loads((tmp_path / "v.json").read_text())
     own = curve["own_games"]
-    assert own["verdicts_true"] + own["verdicts_false"] > 0 and 0 < own["labelled_games"] <= 12
+    assert own["verdicts_true"] + own["verdicts_false"] > 0
     assert -1 <= own["reward_mean"] <= 1 and "expert_reward_mean" not in curve
     assert curve["provenance"]["config"]["script"]["teach"] == "verdicts" and curve["points"]
     before, after = load_file(start / "model.safetensors"), load_file(final / "model.safetensors")

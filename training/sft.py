@@ -12,8 +12,8 @@ last checkpoint in ``--output_dir``.
     python training/sft.py --smoke                  # a few seconds: what the tests run
     python training/sft.py --model Qwen/Qwen3-0.6B --reasoning_mode option_b --bf16 --use_cpu false
 
-``--teach verdicts`` trains on the model's own games instead, the loss on its Thoughts' ask/offer-vs-budget verdict words
-alone, each labelled with the true one (``training/games/bargain/verdicts.py``).
+``--teach verdicts`` trains on the model's own games instead, each false ask/offer-vs-budget verdict word of its Thoughts
+replaced by the true one (``training/games/bargain/verdicts.py``).
 
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
@@ -67,8 +67,8 @@ class SFTScriptArguments(GameArguments):
     precision: str = field(default="", metadata={"help": PRECISION_HELP})
     teach: str = field(default="expert", metadata={
         "help": "expert: clone the expert's games; verdicts: the model plays --games of its own against the seller "
-                "mix (sampled at --temperature, on llama.cpp where it runs) and learns only the verdict words of its "
-                "Thoughts' ask/offer-vs-budget comparisons, each labelled with the true one (bilateral buyer)"})
+                "mix (sampled at --temperature, on llama.cpp where it runs) and learns them with each false "
+                "ask/offer-vs-budget verdict word of its Thoughts replaced by the true one (bilateral buyer)"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of --teach verdicts' games"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
@@ -146,11 +146,11 @@ def main(argv: list[str] | None = None):
             if isinstance(sampler, LlamaCppBackend):  # llama.cpp's context, and its export (never read again)
                 sampler.close()
                 shutil.rmtree(sampler.path.parent, ignore_errors=True)
-        if not len(dataset):
+        if not sum(verdicts):
             raise SystemExit(f"error: the model's {script.games} games state no checkable ask/offer-vs-budget "
                              "verdict in their Thoughts: nothing to teach (--teach verdicts)")
-        print(f"{len(dataset)} of the model's {script.games} games carry verdicts: {verdicts[0]} true and "
-              f"{verdicts[1]} false as written (mean buyer reward {reward:+.3f})", file=sys.stderr)
+        print(f"the model's {script.games} games state {verdicts[0]} true and {verdicts[1]} false verdicts "
+              f"(mean buyer reward {reward:+.3f})", file=sys.stderr)
         rewards = [reward]
     else:
         verdicts = None
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None):
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),
                                   **({"own_games": {"reward_mean": rewards[0], "verdicts_true": verdicts[0],
-                                                    "verdicts_false": verdicts[1], "labelled_games": len(dataset)}}
+                                                    "verdicts_false": verdicts[1]}}
                                      if verdicts else {"expert_reward_mean": sum(rewards) / len(rewards)})})
     return trainer, final
 

@@ -105,16 +105,11 @@ class BargainGame:
         rows, records = self.rows(games), []
         for i in tqdm(range(0, games, chunk), desc=f"own games ({chunk} a batch)", unit="batch"):
             records += self.play(agent, rows[i: i + chunk])
-        ids, masks, counts = [], [], [0, 0]
-        for rec in records:
-            i, m, true, false = verdict_example(rec, agent.tokenizer)
-            if i:
-                ids.append(i)
-                masks.append(m)
-            counts[0] += true
-            counts[1] += false
+        examples = [verdict_example(rec, agent.tokenizer) for rec in records]
+        ids, masks = [e.input_ids for e in examples], [e.completion_mask for e in examples]
+        counts = (sum(e.true for e in examples), sum(e.false for e in examples))
         reward = statistics.fmean(r.reward for r in records)
-        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), tuple(counts), reward
+        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), counts, reward
 
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained

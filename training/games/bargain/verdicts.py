@@ -3,24 +3,38 @@
 A buyer's Thought states comparisons ("Ask $105.00 vs budget $115.19: over budget."), and the word that judges each is
 checkable against the turn's truth (``env.bargain.consistency``). RL's reward is one number an episode, so a false
 "over budget" gets only an episode's diluted credit. Here each verdict word the policy wrote in its own sampled games
-becomes one supervised label: the token that starts it keeps its id when the verdict is true, takes the true word's
-("over" or "within") when it is false, and the loss falls on those tokens alone. Everything else in the stream is the
-policy's own text, so the stage teaches the judgement and nothing of the expert's style; later turns read the
-corrected words (their context is the truth, as a consistent buyer's would be).
+becomes a supervised label: the token that starts it keeps its id when the verdict is true and takes the true word's
+("over" or "within") when it is false. The loss falls on all the policy's own tokens, the corrected ones among them:
+the rest is its own text, which anchors what it already writes (a loss on the verdict words alone, 40 steps at 5e-4,
+made SmolLM2 write "over budget." again and again until its replies lost their action). Nothing of the expert's style
+enters; later turns read the corrected words (their context is the truth, as a consistent buyer's would be).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from env.bargain.consistency import standing_prices, verdicts
 
 
-def verdict_example(record, tokenizer) -> tuple[list[int], list[int], int, int]:
-    """``(input_ids, completion_mask, true, false)`` for one episode record (a model buyer's token stream): the mask
-    is 1 on the first token of each checkable verdict word, whose id is the true word's; the stream ends at the last
-    labelled token (nothing after it is trained). ``true`` and ``false`` count the verdicts as the policy wrote them.
-    An episode with no checkable verdict gives empty lists."""
+class VerdictExample(NamedTuple):
+    """One episode's stream with its false verdicts corrected: ``input_ids``, ``completion_mask`` (1 on the policy's
+    own tokens), ``verdicts`` (the positions of the labelled verdict tokens) and the ``true`` and ``false`` counts of
+    the verdicts as the policy wrote them."""
+
+    input_ids: list[int]
+    completion_mask: list[int]
+    verdicts: list[int]
+    true: int
+    false: int
+
+
+def verdict_example(record, tokenizer) -> VerdictExample:
+    """One episode record (a model buyer's token stream) as training data: each checkable verdict word's first
+    token takes the true word's id; the mask is the policy's own tokens (the record's ``env_mask``)."""
     ids = list(record.prompt_ids) + list(record.completion_ids)
-    mask = [0] * len(ids)
+    mask = [0] * len(record.prompt_ids) + list(record.env_mask)
+    positions = []
     turns, budget = record.transcript["turns"], record.transcript["scenario"]["budget"]
     counts = [0, 0]
     for turn, (i, ask, own) in zip(record.turns, standing_prices(turns)):  # one model reply a buyer entry, in order
@@ -42,11 +56,8 @@ def verdict_example(record, tokenizer) -> tuple[list[int], list[int], int, int]:
             if ends[k] - len(piece) + len(lead) != c:  # the token does not start the word: no clean label
                 continue
             position = len(turn.prompt_ids) + k
-            ids[position] = tokenizer(lead + want, add_special_tokens=False)["input_ids"][0] if not true \
-                else ids[position]
-            mask[position] = 1
+            if not true:
+                ids[position] = tokenizer(lead + want, add_special_tokens=False)["input_ids"][0]
+            positions.append(position)
             counts[not true] += 1
-    if not any(mask):
-        return [], [], 0, 0
-    last = max(j for j, m in enumerate(mask) if m) + 1
-    return ids[:last], mask[:last], counts[0], counts[1]
+    return VerdictExample(ids, mask, positions, counts[0], counts[1])
