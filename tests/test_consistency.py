@@ -120,7 +120,7 @@ def test_standing_prices_recover_what_the_environment_checked_each_thought_again
 
     env = BargainEnv(6)
     env.reset(0, {"scenario": make_scenario("Test Kettle", "A kettle.", "home-kitchen", 200.0, 100.0, "test")})
-    ask = offer = None
+    ask = None
     for k, (price, word, what) in enumerate(moves):
         if k % 2:  # the seller: prices under its cost ($100) are blocked
             step = env.step(reply(f"[SELL] ${price}", thought=f"Ask ${price}.00 vs budget $1.00: over budget."))

@@ -41,13 +41,10 @@ from training.engine.models import (adapter_base, is_pretrained, load_model, lor
 from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
+from training.games.bargain.verdicts import GAMES_A_BATCH
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
 DEFAULT_DIR = "runs/sft"
-# --teach verdicts plays the model's games this many at a time, each in its own llama.cpp slot (more games than slots
-# would feed each game's whole stream again at every turn; 64 rows a call were no faster per game than 32 here,
-# artifacts/benchmarks/rl.json, and hold twice the KV memory)
-VERDICT_CHUNK = 32
 
 
 @dataclass
@@ -140,8 +137,7 @@ def main(argv: list[str] | None = None):
     if script.teach == "verdicts":
         sampler = _sampler(model, tok, script, cfg.seed, cfg.max_length)
         try:
-            dataset, verdicts, reward = game.verdict_games(LLMAgent(sampler, script.modes[0]), script.games,
-                                                           chunk=VERDICT_CHUNK)
+            dataset, verdicts, reward = game.verdict_games(LLMAgent(sampler, script.modes[0]), script.games)
         finally:
             if isinstance(sampler, LlamaCppBackend):  # llama.cpp's context, and its export (never read again)
                 sampler.close()
@@ -149,20 +145,20 @@ def main(argv: list[str] | None = None):
         if not sum(verdicts):
             raise SystemExit(f"error: the model's {script.games} games state no checkable ask/offer-vs-budget "
                              "verdict in their Thoughts: nothing to teach (--teach verdicts)")
-        print(f"the model's {script.games} games state {verdicts[0]} true and {verdicts[1]} false verdicts "
-              f"(mean buyer reward {reward:+.3f})", file=sys.stderr)
-        rewards = [reward]
+        print(f"the model's {script.games} games state {verdicts[0]} true and {verdicts[1]} false verdicts",
+              file=sys.stderr)
     else:
         verdicts = None
         agents = [LLMAgent(TransformersBackend(model, tok), mode) for mode in script.modes]
         dataset, rewards = game.expert_games(agents, script.games, role=script.role)
+        reward = sum(rewards) / len(rewards)
+    kind = "own" if verdicts else "expert"
     longest = max(len(x) for x in dataset["input_ids"])
     if cfg.max_length and longest > cfg.max_length:
-        print(f"note: expert games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
+        print(f"note: {kind} games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
-    print(f"{len(dataset)} {'labelled' if verdicts else 'expert'} games (mean {script.role} reward "
-          f"{sum(rewards) / len(rewards):+.3f}); {sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} "
-          "tokens per game", file=sys.stderr)
+    print(f"{len(dataset)} {kind} games (mean {script.role} reward {reward:+.3f}); "
+          f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
     lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
                          peft_config=lora_config() if lora and base is None else None)
@@ -189,9 +185,9 @@ def main(argv: list[str] | None = None):
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),
-                                  **({"own_games": {"reward_mean": rewards[0], "verdicts_true": verdicts[0],
+                                  **({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0],
                                                     "verdicts_false": verdicts[1]}}
-                                     if verdicts else {"expert_reward_mean": sum(rewards) / len(rewards)})})
+                                     if verdicts else {"expert_reward_mean": reward})})
     return trainer, final
 
 
@@ -203,7 +199,7 @@ def _sampler(model, tok, script, seed: int, context: int | None):
 
     sampling = SamplingConfig(temperature=script.temperature, seed=seed)
     try:
-        return LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, VERDICT_CHUNK),
+        return LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, GAMES_A_BATCH),
                                context=context or 0, batched=True)
     except EngineUnavailable as exc:
         print(f"note: sampling the model's games with transformers ({exc})", file=sys.stderr)

@@ -27,6 +27,7 @@ from env.bargain.sources import (
 from training.common.provenance import RECORD_KEYS, provenance, relative, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.bargain.config import BargainEvalArgs
+from training.games.bargain.verdicts import GAMES_A_BATCH, verdict_example
 from training.games.base import build_agent
 
 
@@ -92,15 +93,13 @@ class BargainGame:
                 "overshoot_rate": statistics.fmean(r.metrics["overshoot"] for r in records),
                 **thought_consistency([EpisodeMetrics(**r.metrics) for r in records])}
 
-    def verdict_games(self, agent, games: int, chunk: int = 32):
+    def verdict_games(self, agent, games: int, chunk: int = GAMES_A_BATCH):
         """``games`` of the policy's own (``agent`` samples; rows as ``rows``, sellers as ``play``), played ``chunk``
         at a time (an engine that keeps each game's state in one of its slots holds a chunk), as verdict labels
         (``training/games/bargain/verdicts.py``): a dataset of ``input_ids`` and ``completion_mask``, the verdicts'
         ``(true, false)`` counts as the policy wrote them, and the games' mean buyer reward."""
         from datasets import Dataset  # noqa: PLC0415
         from tqdm.auto import tqdm  # noqa: PLC0415
-
-        from training.games.bargain.verdicts import verdict_example  # noqa: PLC0415
 
         rows, records = self.rows(games), []
         for i in tqdm(range(0, games, chunk), desc=f"own games ({chunk} a batch)", unit="batch"):

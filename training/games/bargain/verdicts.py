@@ -12,9 +12,15 @@ enters; later turns read the corrected words (their context is the truth, as a c
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import NamedTuple
 
 from env.bargain.consistency import standing_prices, verdicts
+
+# the policy's games are played this many at a time, each in its own llama.cpp slot (more games than slots would feed
+# each game's whole stream again at every turn; 64 rows a call were no faster per game than 32 here,
+# artifacts/benchmarks/rl.json, and hold twice the KV memory)
+GAMES_A_BATCH = 32
 
 
 class VerdictExample(NamedTuple):
@@ -44,10 +50,7 @@ def verdict_example(record, tokenizer) -> VerdictExample:
         start = text.find(thought) if thought else -1
         if start < 0:  # a reply whose Thought is not its text as decoded (not seen): nothing to label
             continue
-        ends, n = [], 0
-        for p in pieces:
-            n += len(p)
-            ends.append(n)
+        ends = list(accumulate(len(p) for p in pieces))
         for at, true, want in verdicts(thought, ask, budget, own):
             c = start + at
             k = next(j for j, e in enumerate(ends) if e > c)
