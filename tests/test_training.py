@@ -485,6 +485,43 @@ def test_verdict_labels_correct_each_false_verdict_word_in_the_policys_own_strea
     assert flipped and kept, "the games stated both false and true verdicts"
 
 
+def test_weighted_verdict_loss_counts_each_verdict_token_w_times_and_the_rest_once(tiny_dir, tmp_path):
+    """``--verdict_weight W``: the loss is TRL's own-token loss plus (W - 1) times each verdict token's NLL, over the
+    same token count; prompt tokens, padding and verdicts cut off by ``--max_length`` carry no weight."""
+    import torch
+    from datasets import Dataset
+
+    from training.engine.models import load_model
+    from training.games.bargain.verdict_trainer import VerdictWeightedSFTTrainer
+
+    model, tok = load_model(str(tiny_dir), device="cpu")
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(10, 200, (n,), generator=g).tolist() for n in (20, 15)]
+    data = {"input_ids": ids, "completion_mask": [[0] * 5 + [1] * 15, [0] * 3 + [1] * 12],
+            "verdicts": [[8, 12, 19], [6]]}
+    cfg = sft.HaggleSFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, max_length=18)
+    trainer = VerdictWeightedSFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_dict(data),
+                                        processing_class=tok, verdict_weight=5)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    weights = batch["verdict_weights"]
+    assert weights.shape == batch["labels"].shape == (2, 18)
+    assert {(r, c) for r, c in (weights == 5).nonzero().tolist()} == {(0, 8), (0, 12), (1, 6)}  # 19: truncated
+    model.train()
+    plain = trainer.compute_loss(model, {k: v for k, v in batch.items() if k != "verdict_weights"}).item()
+    weighted = trainer.compute_loss(model, dict(batch)).item()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    nll = -torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+    tokens = (batch["labels"][:, 1:] != -100).sum().item()
+    extra = 4 * sum(nll[r, c - 1].item() for r, c in ((0, 8), (0, 12), (1, 6))) / tokens
+    assert weighted == pytest.approx(plain + extra, rel=1e-4) and extra > 0
+    assert trainer._metrics["train"]["verdict_accuracy"], "the verdict tokens' accuracy is logged"
+    with pytest.raises(ValueError, match="verdict_weight"):
+        sft.SFTScriptArguments(verdict_weight=3)  # --teach expert has no verdicts to weigh
+    with pytest.raises(ValueError, match="verdict_weight"):
+        sft.SFTScriptArguments(teach="verdicts", verdict_weight=0.5)
+
+
 @pytest.mark.slow
 def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_path):
     """``--teach verdicts`` end to end: the shipped tiny buyer samples its own games (llama.cpp), the curve records
@@ -493,12 +530,15 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
 
     start = ROOT / "artifacts/checkpoints/grpo-tiny"
     _, final = sft.main(["--smoke", "--model", str(start), "--teach", "verdicts", "--games", "12",
-                         "--output_dir", str(tmp_path / "v"), "--curve", str(tmp_path / "v.json")])
+                         "--verdict_weight", "10", "--output_dir", str(tmp_path / "v"),
+                         "--curve", str(tmp_path / "v.json")])
     curve = json.loads((tmp_path / "v.json").read_text())
     own = curve["own_games"]
     assert own["verdicts_true"] + own["verdicts_false"] > 0
     assert -1 <= own["reward_mean"] <= 1 and "expert_reward_mean" not in curve
     assert curve["provenance"]["config"]["script"]["teach"] == "verdicts" and curve["points"]
+    assert curve["provenance"]["config"]["script"]["verdict_weight"] == 10
+    assert any("verdict_accuracy" in p for p in curve["points"]), "the weighted stage logs its verdicts' accuracy"
     before, after = load_file(start / "model.safetensors"), load_file(final / "model.safetensors")
     assert any(not (after[k] == before[k]).all() for k in after if k in before)
     with pytest.raises(ValueError, match="--teach"):

@@ -13,7 +13,8 @@ last checkpoint in ``--output_dir``.
     python training/sft.py --model Qwen/Qwen3-0.6B --reasoning_mode option_b --bf16 --use_cpu false
 
 ``--teach verdicts`` trains on the model's own games instead, each false ask/offer-vs-budget verdict word of its Thoughts
-replaced by the true one (``training/games/bargain/verdicts.py``).
+replaced by the true one (``training/games/bargain/verdicts.py``); ``--verdict_weight W`` counts each verdict word's
+loss W times (``training/games/bargain/verdict_trainer.py``).
 
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
@@ -67,6 +68,9 @@ class SFTScriptArguments(GameArguments):
                 "mix (sampled at --temperature, on llama.cpp where it runs) and learns them with each false "
                 "ask/offer-vs-budget verdict word of its Thoughts replaced by the true one (bilateral buyer)"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of --teach verdicts' games"})
+    verdict_weight: float = field(default=1.0, metadata={
+        "help": "--teach verdicts: each labelled verdict token's loss counts this many times (1: every own token "
+                "alike; the verdict words are about one token in sixty)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
@@ -83,6 +87,10 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--teach must be expert or verdicts, got {self.teach!r}")
         if self.teach == "verdicts" and (self.env != "bargain" or self.role != "buyer"):
             raise ValueError("--teach verdicts labels a buyer's Thoughts: the bilateral game's buyer only")
+        if not self.verdict_weight >= 1:
+            raise ValueError(f"--verdict_weight must be at least 1, got {self.verdict_weight}")
+        if self.verdict_weight != 1 and self.teach != "verdicts":
+            raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
         if not self.temperature > 0:
             raise ValueError(f"--temperature must be above 0 (the games are sampled), got {self.temperature}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
@@ -115,7 +123,8 @@ class HaggleSFTConfig(SFTConfig):
 
 
 def curve_points(log_history: list[dict]) -> list[dict]:
-    keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "num_tokens", "epoch", "entropy")
+    keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "verdict_accuracy", "num_tokens", "epoch",
+            "entropy")
     return [{"step": e["step"], **{k: e[k] for k in keys if k in e}} for e in log_history if "loss" in e]
 
 
@@ -160,8 +169,14 @@ def main(argv: list[str] | None = None):
     print(f"{len(dataset)} {kind} games (mean {script.role} reward {reward:+.3f}); "
           f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
     lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
-                         peft_config=lora_config() if lora and base is None else None)
+    peft = lora_config() if lora and base is None else None
+    if script.verdict_weight > 1:
+        from training.games.bargain.verdict_trainer import VerdictWeightedSFTTrainer  # noqa: PLC0415
+
+        trainer = VerdictWeightedSFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
+                                            peft_config=peft, verdict_weight=script.verdict_weight)
+    else:
+        trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok, peft_config=peft)
     resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if resume else None)
     final = Path(cfg.output_dir) / "final"

@@ -96,7 +96,8 @@ class BargainGame:
     def verdict_games(self, agent, games: int, chunk: int = GAMES_A_BATCH):
         """``games`` of the policy's own (``agent`` samples; rows as ``rows``, sellers as ``play``), played ``chunk``
         at a time (an engine that keeps each game's state in one of its slots holds a chunk), as verdict labels
-        (``training/games/bargain/verdicts.py``): a dataset of ``input_ids`` and ``completion_mask``, the verdicts'
+        (``training/games/bargain/verdicts.py``): a dataset of ``input_ids``, ``completion_mask`` and ``verdicts`` (the
+        labelled positions), the verdicts'
         ``(true, false)`` counts as the policy wrote them, and the games' mean buyer reward."""
         from datasets import Dataset  # noqa: PLC0415
         from tqdm.auto import tqdm  # noqa: PLC0415
@@ -108,7 +109,8 @@ class BargainGame:
         ids, masks = [e.input_ids for e in examples], [e.completion_mask for e in examples]
         counts = (sum(e.true for e in examples), sum(e.false for e in examples))
         reward = statistics.fmean(r.reward for r in records)
-        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), counts, reward
+        data = {"input_ids": ids, "completion_mask": masks, "verdicts": [e.verdicts for e in examples]}
+        return Dataset.from_dict(data), counts, reward
 
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained
