@@ -477,6 +477,7 @@ def test_verdict_labels_correct_each_false_verdict_word_in_the_policys_own_strea
                   for _, ok, want in verdicts(turns[i]["thought"] or "", ask, budget, own)]
         assert (ex.true, ex.false) == (sum(ok for ok, _ in wanted), sum(not ok for ok, _ in wanted))
         assert [tok.decode([ex.input_ids[p]]).strip() for p in ex.verdicts] == [w for _, w in wanted]
+        assert ex.over == [w == "over" for _, w in wanted]
         assert ex.completion_mask == [0] * len(rec.prompt_ids) + rec.env_mask
         assert all(ex.completion_mask[p] for p in ex.verdicts), "every verdict is the buyer's own token"
         changed = [p for p in range(len(full)) if ex.input_ids[p] != full[p]]
@@ -485,9 +486,11 @@ def test_verdict_labels_correct_each_false_verdict_word_in_the_policys_own_strea
     assert flipped and kept, "the games stated both false and true verdicts"
 
 
-def test_weighted_verdict_loss_counts_each_verdict_token_w_times_and_the_rest_once(tiny_dir, tmp_path):
-    """``--verdict_weight W``: the loss is TRL's own-token loss plus (W - 1) times each verdict token's NLL, over the
-    same token count; prompt tokens, padding and verdicts cut off by ``--max_length`` carry no weight."""
+@pytest.mark.parametrize("balance", [False, True])
+def test_weighted_verdict_loss_counts_each_verdict_token_w_times_and_the_rest_once(tiny_dir, tmp_path, balance):
+    """``--verdict_weight W``: the loss is TRL's own-token loss plus (weight - 1) times each verdict token's NLL, over
+    the same token count; prompt tokens, padding and verdicts cut off by ``--max_length`` carry no weight.
+    ``--verdict_balance``: the "over" and "within" verdicts weigh W * n / (2 * n_class) each."""
     import torch
     from datasets import Dataset
 
@@ -498,28 +501,57 @@ def test_weighted_verdict_loss_counts_each_verdict_token_w_times_and_the_rest_on
     g = torch.Generator().manual_seed(0)
     ids = [torch.randint(10, 200, (n,), generator=g).tolist() for n in (20, 15)]
     data = {"input_ids": ids, "completion_mask": [[0] * 5 + [1] * 15, [0] * 3 + [1] * 12],
-            "verdicts": [[8, 12, 19], [6]]}
+            "verdicts": [[8, 12, 19], [6]], "verdict_over": [[True, True, False], [False]]}
     cfg = sft.HaggleSFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, max_length=18)
     trainer = VerdictWeightedSFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_dict(data),
-                                        processing_class=tok, verdict_weight=5)
+                                        processing_class=tok, verdict_weight=5, balance=balance)
+    weight = {"over": 5 * 4 / (2 * 2), "within": 5 * 4 / (2 * 2)} if balance else {"over": 5, "within": 5}
+    if balance:  # 2 of 4 labels "over" here: equal classes; the class weights follow the counts, not the batch
+        assert trainer.class_weights == {True: 5.0, False: 5.0}
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
-    weights = batch["verdict_weights"]
-    assert weights.shape == batch["labels"].shape == (2, 18)
-    assert {(r, c) for r, c in (weights == 5).nonzero().tolist()} == {(0, 8), (0, 12), (1, 6)}  # 19: truncated
+    kind = batch["verdict_kind"]
+    assert kind.shape == batch["labels"].shape == (2, 18)
+    assert {(r, c): k for r, c, k in [(*rc, kind[tuple(rc)].item()) for rc in kind.nonzero().tolist()]} == {
+        (0, 8): 1, (0, 12): 1, (1, 6): 2}  # 19: truncated away
     model.train()
-    plain = trainer.compute_loss(model, {k: v for k, v in batch.items() if k != "verdict_weights"}).item()
+    plain = trainer.compute_loss(model, {k: v for k, v in batch.items() if k != "verdict_kind"}).item()
     weighted = trainer.compute_loss(model, dict(batch)).item()
     with torch.no_grad():
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     nll = -torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
     tokens = (batch["labels"][:, 1:] != -100).sum().item()
-    extra = 4 * sum(nll[r, c - 1].item() for r, c in ((0, 8), (0, 12), (1, 6))) / tokens
+    extra = sum((weight[w] - 1) * nll[r, c - 1].item() for r, c, w in ((0, 8, "over"), (0, 12, "over"),
+                                                                         (1, 6, "within"))) / tokens
     assert weighted == pytest.approx(plain + extra, rel=1e-4) and extra > 0
-    assert trainer._metrics["train"]["verdict_accuracy"], "the verdict tokens' accuracy is logged"
+    assert trainer._metrics["train"]["verdict_accuracy"] and trainer._metrics["train"]["verdict_accuracy_within"]
     with pytest.raises(ValueError, match="verdict_weight"):
         sft.SFTScriptArguments(verdict_weight=3)  # --teach expert has no verdicts to weigh
     with pytest.raises(ValueError, match="verdict_weight"):
         sft.SFTScriptArguments(teach="verdicts", verdict_weight=0.5)
+    with pytest.raises(ValueError, match="verdict_balance"):
+        sft.SFTScriptArguments(teach="verdicts", verdict_balance=True)
+
+
+def test_balanced_verdict_weights_give_each_word_half_the_weight(tiny_dir, tmp_path):
+    """Three "over" labels to one "within": "within" weighs three times "over", and the mean stays W; a dataset
+    with one word only cannot be balanced."""
+    from datasets import Dataset
+
+    from training.engine.models import load_model
+    from training.games.bargain.verdict_trainer import VerdictWeightedSFTTrainer
+
+    model, tok = load_model(str(tiny_dir), device="cpu")
+    cfg = sft.HaggleSFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, max_length=18)
+    data = {"input_ids": [[11] * 12, [12] * 12], "completion_mask": [[0] * 2 + [1] * 10] * 2,
+            "verdicts": [[4, 6, 8], [5]], "verdict_over": [[True, True, True], [False]]}
+    trainer = VerdictWeightedSFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_dict(data),
+                                        processing_class=tok, verdict_weight=8, balance=True)
+    w = trainer.class_weights
+    assert w[False] == pytest.approx(3 * w[True]) and (3 * w[True] + w[False]) / 4 == pytest.approx(8)
+    data["verdict_over"] = [[True, True, True], [True]]
+    with pytest.raises(ValueError, match="both verdict words"):
+        VerdictWeightedSFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_dict(data),
+                                  processing_class=tok, verdict_weight=8, balance=True)
 
 
 @pytest.mark.slow

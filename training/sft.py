@@ -71,6 +71,9 @@ class SFTScriptArguments(GameArguments):
     verdict_weight: float = field(default=1.0, metadata={
         "help": "--teach verdicts: each labelled verdict token's loss counts this many times (1: every own token "
                 "alike; the verdict words are about one token in sixty)"})
+    verdict_balance: bool = field(default=False, metadata={
+        "help": "--verdict_weight: the true words 'over' and 'within' carry half the verdicts' weight each (the "
+                "policy's verdicts are mostly 'over'; the mean weight a verdict stays --verdict_weight)"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
@@ -91,6 +94,8 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--verdict_weight must be at least 1, got {self.verdict_weight}")
         if self.verdict_weight != 1 and self.teach != "verdicts":
             raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
+        if self.verdict_balance and self.verdict_weight == 1:
+            raise ValueError("--verdict_balance weighs the verdict words: give --verdict_weight above 1")
         if not self.temperature > 0:
             raise ValueError(f"--temperature must be above 0 (the games are sampled), got {self.temperature}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
@@ -123,8 +128,8 @@ class HaggleSFTConfig(SFTConfig):
 
 
 def curve_points(log_history: list[dict]) -> list[dict]:
-    keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "verdict_accuracy", "num_tokens", "epoch",
-            "entropy")
+    keys = ("loss", "learning_rate", "grad_norm", "mean_token_accuracy", "verdict_accuracy",
+            "verdict_accuracy_within", "num_tokens", "epoch", "entropy")
     return [{"step": e["step"], **{k: e[k] for k in keys if k in e}} for e in log_history if "loss" in e]
 
 
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None):
         from training.games.bargain.verdict_trainer import VerdictWeightedSFTTrainer  # noqa: PLC0415
 
         trainer = VerdictWeightedSFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok,
-                                            peft_config=peft, verdict_weight=script.verdict_weight)
+                                            peft_config=peft, verdict_weight=script.verdict_weight,
+                                            balance=script.verdict_balance)
     else:
         trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok, peft_config=peft)
     resume = any(Path(cfg.output_dir).glob("checkpoint-*"))

@@ -97,7 +97,7 @@ class BargainGame:
         """``games`` of the policy's own (``agent`` samples; rows as ``rows``, sellers as ``play``), played ``chunk``
         at a time (an engine that keeps each game's state in one of its slots holds a chunk), as verdict labels
         (``training/games/bargain/verdicts.py``): a dataset of ``input_ids``, ``completion_mask`` and ``verdicts`` (the
-        labelled positions), the verdicts'
+        labelled positions; ``verdict_over``: whether each one's true word is "over"), the verdicts'
         ``(true, false)`` counts as the policy wrote them, and the games' mean buyer reward."""
         from datasets import Dataset  # noqa: PLC0415
         from tqdm.auto import tqdm  # noqa: PLC0415
@@ -109,7 +109,8 @@ class BargainGame:
         ids, masks = [e.input_ids for e in examples], [e.completion_mask for e in examples]
         counts = (sum(e.true for e in examples), sum(e.false for e in examples))
         reward = statistics.fmean(r.reward for r in records)
-        data = {"input_ids": ids, "completion_mask": masks, "verdicts": [e.verdicts for e in examples]}
+        data = {"input_ids": ids, "completion_mask": masks, "verdicts": [e.verdicts for e in examples],
+                "verdict_over": [e.over for e in examples]}
         return Dataset.from_dict(data), counts, reward
 
     def expert_games(self, agents, games: int, role: str = "buyer"):

@@ -25,12 +25,13 @@ GAMES_A_BATCH = 32
 
 class VerdictExample(NamedTuple):
     """One episode's stream with its false verdicts corrected: ``input_ids``, ``completion_mask`` (1 on the policy's
-    own tokens), ``verdicts`` (the positions of the labelled verdict tokens) and the ``true`` and ``false`` counts of
-    the verdicts as the policy wrote them."""
+    own tokens), ``verdicts`` (the positions of the labelled verdict tokens), ``over`` (for each, whether the true word
+    is "over") and the ``true`` and ``false`` counts of the verdicts as the policy wrote them."""
 
     input_ids: list[int]
     completion_mask: list[int]
     verdicts: list[int]
+    over: list[bool]
     true: int
     false: int
 
@@ -40,7 +41,7 @@ def verdict_example(record, tokenizer) -> VerdictExample:
     token takes the true word's id; the mask is the policy's own tokens (the record's ``env_mask``)."""
     ids = list(record.prompt_ids) + list(record.completion_ids)
     mask = [0] * len(record.prompt_ids) + list(record.env_mask)
-    positions = []
+    positions, over = [], []
     turns, budget = record.transcript["turns"], record.transcript["scenario"]["budget"]
     counts = [0, 0]
     for turn, (i, ask, own) in zip(record.turns, standing_prices(turns)):  # one model reply a buyer entry, in order
@@ -62,5 +63,6 @@ def verdict_example(record, tokenizer) -> VerdictExample:
             if not true:
                 ids[position] = tokenizer(lead + want, add_special_tokens=False)["input_ids"][0]
             positions.append(position)
+            over.append(want == "over")
             counts[not true] += 1
-    return VerdictExample(ids, mask, positions, counts[0], counts[1])
+    return VerdictExample(ids, mask, positions, over, counts[0], counts[1])
