@@ -45,7 +45,7 @@ class VerdictWeightedSFTTrainer(SFTTrainer):
                 raise ValueError("weighted verdicts need one example a row (no packing, no padding-free batches)")
             args_.remove_unused_columns = False  # the verdict positions travel with each example to the collator
         super().__init__(*args, **kwargs)
-        self.verdict_weight, self.class_weights = float(verdict_weight), per_class
+        self.class_weights = per_class
         collate = self.data_collator
         extra = ("verdicts", "verdict_over")
 
@@ -53,8 +53,7 @@ class VerdictWeightedSFTTrainer(SFTTrainer):
             batch = collate([{k: v for k, v in ex.items() if k not in extra} for ex in examples])
             kind = torch.zeros(batch["labels"].shape, dtype=torch.long)  # 0 not a verdict, 1 "over", 2 "within"
             for row, ex in enumerate(examples):
-                overs = ex.get("verdict_over") or [True] * len(ex["verdicts"])
-                for p, over in zip(ex["verdicts"], overs, strict=True):
+                for p, over in zip(ex["verdicts"], ex["verdict_over"], strict=True):
                     if p < kind.size(1):  # a verdict past --max_length was truncated away
                         kind[row, p] = 1 if over else 2
             batch["verdict_kind"] = kind
