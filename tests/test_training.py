@@ -307,7 +307,7 @@ def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tm
     assert [p["step"] for p in saved["steps"]] == [1, 2]
     shutil.rmtree(out / "checkpoint-3")  # stopped after step 2's checkpoint
     shutil.rmtree(out / "final")
-    grpo.main(argv)
+    grpo.main([*argv, "--consistency_weight", "0.5"])  # a shaping weight changed on resume: the segments say so
     again = json.loads(curve.read_text())
     assert [p["step"] for p in again["points"]] == [1, 2, 3] and again["provenance"]["config"]["resumed"] is True
     keys = ("reward_mean", "deal_rate", "turns_mean", "wall_s")
@@ -315,6 +315,8 @@ def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tm
     segments = again["provenance"]["segments"]
     assert len(segments) == 2 and (segments[0]["last_step"], segments[1]["first_step"], segments[1]["last_step"]) == (2, 3, 3)
     assert again["provenance"]["wall_time_s"] == pytest.approx(sum(s["wall_time_s"] for s in segments), abs=0.01)
+    assert [s["reward_weights"] for s in segments] == [
+        {"episode_reward": 1.0}, {"episode_reward": 1.0, "false_thought_claims": 0.5}]
     for seg in segments:  # --precision auto: each process measured this machine and trained in the faster
         measured = seg["precision_measured"]
         assert set(measured["flops"]) == {"float32", "bfloat16"} and all(v > 0 for v in measured["flops"].values())

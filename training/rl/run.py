@@ -479,13 +479,20 @@ def _preflight(run: RLRun) -> dict:
     return hub
 
 
+def reward_weights(run: RLRun) -> dict[str, float]:
+    """What each segment trained on: every reward function by name with its weight (a shaping term's weight can
+    change between the processes of one run, and the curve's config only shows the last)."""
+    funcs = run.reward_funcs
+    return dict(zip((f.__name__ for f in funcs), run.cfg.reward_weights or [1.0] * len(funcs), strict=True))
+
+
 RUN_RECORD = "rollout_steps.json"  # in each checkpoint: the curve's steps so far and the run's segments
 
 
 class RunRecord(TrainerCallback):
     """Keeps a run's curve whole across resumes, which may be on other machines and days: every checkpoint
     holds the rollout stats of each step so far (each with its wall time) and the run's segments (one per
-    process that trained it: machine, commit, first and last step, wall time); a resumed run reads them back
+    process that trained it: machine, commit, first and last step, wall time, reward weights); a resumed run reads them back
     from the checkpoint it resumes. At every save the curve artifact is rewritten too (``complete: false``
     until the run ends), so an unfinished run shows how far it got."""
 
@@ -501,7 +508,8 @@ class RunRecord(TrainerCallback):
                   "resumed step, and the steps before it are missing from it", file=sys.stderr)
         self.segments.append({"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "commit": git_commit(), "machine": machine(), "first_step": None, "last_step": None,
-                              "wall_time_s": 0.0, "bf16": bool(run.cfg.bf16), "precision_measured": run.precision})
+                              "wall_time_s": 0.0, "bf16": bool(run.cfg.bf16), "precision_measured": run.precision,
+                              "reward_weights": reward_weights(run)})
 
     def on_step_end(self, args, state, control, **kwargs):
         now, seg = time.perf_counter(), self.segments[-1]
