@@ -581,6 +581,69 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
         sft.SFTScriptArguments(teach="nonsense")
 
 
+def test_the_comparison_drill_states_each_verdict_of_its_prices_half_of_each_word(tiny):
+    """``--teach comparisons``' examples: the seller's ask as the environment renders it, then the buyer's Thought up
+    to the verdict, whose word is the truth of the two prices (alternating over / within); the loss falls on that one
+    token. ``verdict_accuracy`` ranks the two words: a model that always prefers "over" scores 100% on the asks above
+    the budget, 0% on the others."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from training.games.bargain.comparisons import comparison_examples, draw_ask, verdict_accuracy
+    _, tok = tiny
+    products = [SimpleNamespace(budget=b, title=f"Thing {i}") for i, b in enumerate((47.99, 155.19, 1234.5, 0.99))]
+    data = comparison_examples(tok, products, 40, seed=3)
+    assert data["verdict_over"] == [i % 2 == 0 for i in range(40)]
+    for ids, mask, over, ask, budget in zip(data["input_ids"], data["completion_mask"], data["verdict_over"],
+                                            data["ask"], data["budget"]):
+        assert (ask > budget) == over and budget in (47.99, 155.19, 1234.5, 0.99)
+        word = tok(" over" if over else " within", add_special_tokens=False)["input_ids"]
+        assert ids[-len(word):] == word and mask == [0] * (len(ids) - len(word)) + [1] + [0] * (len(word) - 1)
+        text = tok.decode(ids)
+        assert text.rstrip().endswith(f"Ask ${ask:,.2f} vs budget ${budget:,.2f}: {'over' if over else 'within'}")
+        assert f"Action: [SELL] ${ask:,.2f}" in text
+    assert data["input_ids"] == comparison_examples(tok, products, 40, seed=3)["input_ids"], "seeded"
+    rng = __import__("random").Random(0)
+    for _ in range(2000):  # fuzz: any budget, either side
+        budget, over = round(10 ** rng.uniform(-2, 6), 2), rng.random() < 0.5
+        ask = draw_ask(rng, budget, over)
+        assert ask >= 0.01 and (ask > budget) == over
+    over_id = tok(" over", add_special_tokens=False)["input_ids"][0]
+
+    class SaysOver(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):
+            logits = torch.zeros(*input_ids.shape, len(tok))
+            logits[..., over_id] = 1.0
+            return SimpleNamespace(logits=logits)
+
+    model = SaysOver()
+    model.device = torch.device("cpu")
+    score = verdict_accuracy(model, tok, data, batch_size=7)
+    assert score == {"accuracy": 0.5, "accuracy_over": 1.0, "accuracy_within": 0.0, "examples": 40}
+
+
+@pytest.mark.slow
+def test_sft_teach_comparisons_drills_the_verdict_and_records_its_held_out_accuracy(tmp_path):
+    """``--teach comparisons`` end to end on the shipped tiny buyer: the curve records the held-out accuracy before
+    and after (on test products) and the training points; the saved model has trained."""
+    from safetensors.torch import load_file
+
+    start = ROOT / "artifacts/checkpoints/grpo-tiny"
+    _, final = sft.main(["--smoke", "--model", str(start), "--teach", "comparisons", "--games", "24",
+                         "--output_dir", str(tmp_path / "c"), "--curve", str(tmp_path / "c.json")])
+    curve = json.loads((tmp_path / "c.json").read_text())
+    drill = curve["comparisons"]
+    assert drill["train_examples"] == 24 and drill["held_out_examples"] == 512 and drill["held_out_products"] > 0
+    for when in ("before", "after"):
+        assert 0 <= drill[when]["accuracy"] <= 1 and drill[when]["examples"] == 512
+    assert curve["points"] and "expert_reward_mean" not in curve and "own_games" not in curve
+    before, after = load_file(start / "model.safetensors"), load_file(final / "model.safetensors")
+    assert any(not (after[k] == before[k]).all() for k in after if k in before)
+    with pytest.raises(ValueError, match="--teach comparisons"):
+        sft.SFTScriptArguments(teach="comparisons", role="seller")
+
+
 @pytest.mark.slow
 def test_sft_from_an_adapter_checkpoint_trains_that_adapter_on(tiny_llama_dir, tmp_path):
     """A refresher: SFT given a LoRA checkpoint (a trainer's folder, no lineage of its own) goes on training its

@@ -16,6 +16,10 @@ last checkpoint in ``--output_dir``.
 replaced by the true one (``training/games/bargain/verdicts.py``); ``--verdict_weight W`` counts each verdict word's
 loss W times (``training/games/bargain/verdict_trainer.py``).
 
+``--teach comparisons`` is a drill: ``--games`` short examples of the buyer's ask-versus-budget verdict alone, in its
+chat format, the loss on the verdict word (``training/games/bargain/comparisons.py``); the curve records the verdict
+accuracy on held-out examples (test products' budgets, other asks) before and after.
+
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
 """
@@ -42,6 +46,7 @@ from training.engine.models import (adapter_base, is_pretrained, load_model, lor
 from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
+from training.games.bargain.comparisons import comparison_examples, verdict_accuracy
 from training.games.bargain.verdicts import GAMES_A_BATCH
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -52,7 +57,7 @@ DEFAULT_DIR = "runs/sft"
 class SFTScriptArguments(GameArguments):
     model: str = field(default="tiny", metadata={
         "help": "tiny, a local path or a Hub id; a LoRA adapter folder (an SFT or RL checkpoint) trains that adapter on"})
-    games: int = field(default=3000, metadata={"help": "expert games to clone"})
+    games: int = field(default=3000, metadata={"help": "expert games to clone (--teach comparisons: drill examples)"})
     reasoning_mode: str = field(default="option_a", metadata={
         "help": "option_a (Thought field), option_b (<think>), or both as 'option_a,option_b' (games alternate)"})
     curve: str = field(default=DEFAULT_CURVE, metadata={"help": "training-curve artifact path ('' for none)"})
@@ -66,7 +71,9 @@ class SFTScriptArguments(GameArguments):
     teach: str = field(default="expert", metadata={
         "help": "expert: clone the expert's games; verdicts: the model plays --games of its own against the seller "
                 "mix (sampled at --temperature, on llama.cpp where it runs) and learns them with each false "
-                "ask/offer-vs-budget verdict word of its Thoughts replaced by the true one (bilateral buyer)"})
+                "ask/offer-vs-budget verdict word of its Thoughts replaced by the true one (bilateral buyer); "
+                "comparisons: a drill of --games ask-versus-budget verdicts alone, half of each word, the loss on "
+                "the verdict word (bilateral buyer)"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of --teach verdicts' games"})
     verdict_weight: float = field(default=1.0, metadata={
         "help": "--teach verdicts: each labelled verdict token's loss counts this many times (1: every own token "
@@ -86,10 +93,10 @@ class SFTScriptArguments(GameArguments):
         if self.lora not in ("auto", "yes", "no"):
             raise ValueError(f"--lora must be auto, yes or no, got {self.lora!r}")
         check_precision(self.precision)
-        if self.teach not in ("expert", "verdicts"):
-            raise ValueError(f"--teach must be expert or verdicts, got {self.teach!r}")
-        if self.teach == "verdicts" and (self.env != "bargain" or self.role != "buyer"):
-            raise ValueError("--teach verdicts labels a buyer's Thoughts: the bilateral game's buyer only")
+        if self.teach not in ("expert", "verdicts", "comparisons"):
+            raise ValueError(f"--teach must be expert, verdicts or comparisons, got {self.teach!r}")
+        if self.teach != "expert" and (self.env != "bargain" or self.role != "buyer"):
+            raise ValueError(f"--teach {self.teach} teaches a buyer's Thoughts: the bilateral game's buyer only")
         if not self.verdict_weight >= 1:
             raise ValueError(f"--verdict_weight must be at least 1, got {self.verdict_weight}")
         if self.verdict_weight != 1 and self.teach != "verdicts":
@@ -161,18 +168,24 @@ def main(argv: list[str] | None = None):
                              "verdict in their Thoughts: nothing to teach (--teach verdicts)")
         print(f"the model's {script.games} games state {verdicts[0]} true and {verdicts[1]} false verdicts",
               file=sys.stderr)
+    elif script.teach == "comparisons":
+        verdicts = None
+        dataset, held_out, drill = _drill(game, script, tok, cfg.seed)
+        drill["before"] = verdict_accuracy(model, tok, held_out)
+        print(f"held-out verdict accuracy before the drill: {drill['before']['accuracy']:.1%}", file=sys.stderr)
     else:
         verdicts = None
         agents = [LLMAgent(TransformersBackend(model, tok), mode) for mode in script.modes]
         dataset, rewards = game.expert_games(agents, script.games, role=script.role)
         reward = sum(rewards) / len(rewards)
-    kind = "own" if verdicts else "expert"
+    kind = "own" if verdicts else "drill" if script.teach == "comparisons" else "expert"
     longest = max(len(x) for x in dataset["input_ids"])
     if cfg.max_length and longest > cfg.max_length:
         print(f"note: {kind} games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
-    print(f"{len(dataset)} {kind} games (mean {script.role} reward {reward:+.3f}); "
-          f"{sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens per game", file=sys.stderr)
+    what = "examples" if kind == "drill" else f"games (mean {script.role} reward {reward:+.3f})"
+    print(f"{len(dataset)} {kind} {what}; {sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens each",
+          file=sys.stderr)
     lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     peft = lora_config() if lora and base is None else None
     if script.verdict_weight > 1:
@@ -190,6 +203,11 @@ def main(argv: list[str] | None = None):
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:  # one writer: the main process records the run
         return trainer, final
+    if script.teach == "comparisons":
+        drill["after"] = verdict_accuracy(trainer.model, tok, held_out)
+        print(f"held-out verdict accuracy after the drill: {drill['after']['accuracy']:.1%} (asks over the budget "
+              f"{drill['after']['accuracy_over']:.1%}, within it {drill['after']['accuracy_within']:.1%})",
+              file=sys.stderr)
     tok.save_pretrained(final)
     save_adapter_base(final, base or script.model)
     write_lineage(final, resolve_model_path(script.model), "sft",
@@ -201,15 +219,33 @@ def main(argv: list[str] | None = None):
                   "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32",
                   "precision_measured": measured,
                   "world_size": trainer.accelerator.num_processes}
-        seeds = {"games": game.seed_rule("games") if verdicts else game.expert_seed_rule(len(script.modes)),
-                 "training_seed": cfg.seed}
+        seeds = {"games": game.seed_rule("games") if verdicts else DRILL_SEEDS if script.teach == "comparisons"
+                 else game.expert_seed_rule(len(script.modes)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),
                                   **({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0],
                                                     "verdicts_false": verdicts[1]}}
-                                     if verdicts else {"expert_reward_mean": reward})})
+                                     if verdicts else {"comparisons": drill} if script.teach == "comparisons"
+                                     else {"expert_reward_mean": reward})})
     return trainer, final
+
+
+DRILL_HELD_OUT = 512  # held-out drill examples, on the test split's products
+DRILL_SEEDS = ("drill example i: train product i mod n, asks drawn with the training seed; held out: "
+               f"{DRILL_HELD_OUT} on the test products, asks drawn with the training seed + 1")
+
+
+def _drill(game, script, tok, seed: int):
+    """The comparison drill's training examples (train products), its held-out ones (test products, other asks) and
+    the record the curve keeps of it."""
+    from training.games.bargain.adapter import training_products  # noqa: PLC0415
+
+    held_products = training_products(script.scenarios, script.budget_factor, split="test")
+    train = comparison_examples(tok, game.train, script.games, seed, script.max_turns)
+    held_out = comparison_examples(tok, held_products, DRILL_HELD_OUT, seed + 1, script.max_turns)
+    return train.select_columns(["input_ids", "completion_mask"]), held_out, {"train_examples": len(train), "held_out_examples": len(held_out),
+                             "held_out_products": len(held_products)}
 
 
 def _sampler(model, tok, script, seed: int, context: int | None):

@@ -286,16 +286,17 @@ class BargainGame:
 INCLUDE_MUST_MATCH = ("split", "seeds", "seed_base", "max_turns", "budget_factor", "reasoning_mode")
 
 
-def training_products(source: str, budget_factor: float) -> list:
-    """The train split a script's rows index. For a union (``builtin+synthetic``) the sources take
+def training_products(source: str, budget_factor: float, split: str = "train") -> list:
+    """The train split a script's rows index (``split``: another split of the same sources, e.g. the test products
+    a drill's held-out examples take). For a union (``builtin+synthetic``) the sources take
     turns, each cycled to the length of the largest, so every source gets an equal share of any run's
     games whatever its size (row i of a two-source union: source i mod 2)."""
     resolved = resolve_source(source)
     if not is_union(resolved):
-        return get_split(resolved, "train", budget_factor)
-    parts = [get_split(part, "train", budget_factor) for part in union_parts(resolved)]
+        return get_split(resolved, split, budget_factor)
+    parts = [get_split(part, split, budget_factor) for part in union_parts(resolved)]
     if not all(parts):
-        raise ValueError(f"--scenarios {source}: a source of the union has no train products")
+        raise ValueError(f"--scenarios {source}: a source of the union has no {split} products")
     longest = max(len(p) for p in parts)
     return [part[k % len(part)] for k in range(longest) for part in parts]
 

@@ -1,0 +1,122 @@
+"""A comparison drill: the ask-versus-budget verdict on its own, many times over (``sft.py --teach comparisons``).
+
+SmolLM2's buyer writes "Ask $105.00 vs budget $115.19: over budget." and copies both prices right, but writes "over"
+whatever they are: the verdict word is where its Thoughts go false. A game states about four verdicts and costs
+seconds to play; here each example is the one reply prefix that matters, in the chat format the buyer reads in its
+games (the seller's turn, as the environment renders it, then the buyer's Thought up to the colon, then the verdict
+word), with the loss on the verdict word's first token alone. The budgets are the products' own, the asks are drawn around them (half above,
+half within, many within a few percent, whole dollars or cents, as sellers ask), so the two words are equally
+often right and only the comparison tells them apart. ``verdict_accuracy`` scores a model on such examples by which of
+the two words it ranks higher.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import torch
+
+from env.bargain.env import Message
+from env.bargain.players.sellers import SELLERS
+from env.bargain.prompts import opponent_message
+from env.bargain.protocol import SELL, Action, format_price
+from env.bargain.rules import SELLER
+
+WORDS = ("over", "within")  # the two verdicts the buyer's Thought writes, in this order of ``verdict_over``
+_LINES = sorted({line for cls in SELLERS.values() for key in ("counter", "hold") for line in cls.talk_lines.get(key, ())})
+
+
+def draw_ask(rng: random.Random, budget: float, over: bool) -> float:
+    """An ask above ``budget`` (``over``) or at most it: a ratio to the budget whose distance from 1 is under 5% two
+    times in five, 5-30% two in five, else 30-70%; a whole-dollar price seven times in ten, else cents."""
+    for _ in range(100):
+        band = rng.random()
+        gap = rng.uniform(0.0, 0.05) if band < 0.4 else rng.uniform(0.05, 0.3) if band < 0.8 else rng.uniform(0.3, 0.7)
+        ratio = 1 + gap if over else 1 - gap * 0.7
+        ask = budget * ratio
+        ask = float(round(ask)) if rng.random() < 0.7 else round(ask, 2)
+        if ask >= 0.01 and (ask > budget) == over:
+            return ask
+    return round(budget + 0.01, 2) if over else budget  # a budget so small that no drawn price landed on its side
+
+
+def _user_turn(tokenizer) -> tuple[str, str]:
+    """The chat template's text around a user turn that follows an assistant turn, up to the generation prompt (the
+    engine's own split, ``LLMAgent._user_turn_template``)."""
+    from training.engine.rollout import LLMAgent  # noqa: PLC0415
+
+    return LLMAgent._user_turn_template(SimpleNamespace(tokenizer=tokenizer, template_kwargs={"enable_thinking": False}))
+
+
+def comparison_examples(tokenizer, products: Sequence, n: int, seed: int, max_turns: int = 6):
+    """``n`` drill examples as a dataset of ``input_ids`` (ending with the verdict word), ``completion_mask`` (1 on the
+    verdict word's first token only), ``verdict_over`` (the true word) and the ``ask`` and ``budget`` each compares; example ``i`` takes product
+    ``i mod len(products)`` (its budget and title), and its true word alternates (even: over), so the two are
+    balanced."""
+    from datasets import Dataset  # noqa: PLC0415
+
+    if n < 1 or not products:
+        raise ValueError(f"a drill needs at least one example and one product (got {n} and {len(products)})")
+    rng = random.Random(seed)
+    before, after = _user_turn(tokenizer)
+    word_ids = _word_ids(tokenizer)
+    rows = {"input_ids": [], "completion_mask": [], "verdict_over": [], "ask": [], "budget": []}
+    for i in range(n):
+        product, over = products[i % len(products)], i % 2 == 0
+        budget = float(product.budget)
+        ask = draw_ask(rng, budget, over)
+        turn = rng.randint(1, max_turns)
+        talk = rng.choice(_LINES).format(price=format_price(ask), item=product.title)
+        seen = opponent_message(Message(SELLER, talk, Action(SELL, ask)),
+                                SimpleNamespace(turn=turn, max_turns=max_turns))
+        text = f"{before}{seen}{after}Thought: Ask {format_price(ask)} vs budget {format_price(budget)}:"
+        head, word = tokenizer(text, add_special_tokens=False)["input_ids"], word_ids[0 if over else 1]
+        rows["input_ids"].append(head + word)
+        rows["completion_mask"].append([0] * len(head) + [1] + [0] * (len(word) - 1))
+        rows["verdict_over"].append(over)
+        rows["ask"].append(ask)
+        rows["budget"].append(budget)
+    return Dataset.from_dict(rows)
+
+
+def _word_ids(tokenizer) -> list[list[int]]:
+    """Each verdict word's tokens after a space; their first tokens must differ (the one the drill trains)."""
+    ids = [tokenizer(" " + w, add_special_tokens=False)["input_ids"] for w in WORDS]
+    if ids[0][0] == ids[1][0]:
+        raise ValueError(f"the tokenizer starts {' and '.join(repr(' ' + w) for w in WORDS)} with the same token: no "
+                         "one token tells the verdicts apart")
+    return ids
+
+
+@torch.no_grad()
+def verdict_accuracy(model, tokenizer, examples, batch_size: int = 32) -> dict:
+    """How often ``model`` ranks the true verdict word above the other at each example's verdict position: overall,
+    on the asks above the budget and on those within it (a model that always writes one word scores 100% on its
+    class, 0% on the other, 50% overall)."""
+    (over_id, *_), (within_id, *_) = _word_ids(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    was_training = model.training
+    model.eval()
+    hits = {True: [], False: []}
+    try:
+        for s in range(0, len(examples), batch_size):
+            chunk = examples[s: s + batch_size]
+            prompts = [ids[: mask.index(1)] for ids, mask in zip(chunk["input_ids"], chunk["completion_mask"])]
+            width = max(map(len, prompts))
+            ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts])
+            mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts])
+            logits = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device)).logits
+            last = torch.tensor([len(p) - 1 for p in prompts], device=logits.device)
+            rows = logits[torch.arange(len(prompts), device=logits.device), last]
+            says_over = (rows[:, over_id] > rows[:, within_id]).tolist()
+            for truth, said in zip(chunk["verdict_over"], says_over):
+                hits[truth].append(said == truth)
+    finally:
+        model.train(was_training)
+    everything = hits[True] + hits[False]
+    share = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
+    return {"accuracy": share(everything), "accuracy_over": share(hits[True]),
+            "accuracy_within": share(hits[False]), "examples": len(everything)}
