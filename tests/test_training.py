@@ -582,27 +582,30 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
 
 
 def test_the_comparison_drill_states_each_verdict_of_its_prices_half_of_each_word(tiny):
-    """``--teach comparisons``' examples: the seller's ask as the environment renders it, then the buyer's Thought up
-    to the verdict, whose word is the truth of the two prices (alternating over / within); the loss falls on that one
-    token. ``verdict_accuracy`` ranks the two words: a model that always prefers "over" scores 100% on the asks above
-    the budget, 0% on the others."""
+    """``--teach comparisons``' examples: the budget as the buyer's prompt states it, the seller's ask as the
+    environment renders it, then the buyer's Thought through its verdict, whose word is the truth of the two prices
+    (alternating over / within); the loss falls on the Thought and nothing after it. ``verdict_accuracy`` ranks the two
+    words: a model that always prefers "over" scores 100% on the asks above the budget, 0% on the others."""
     from types import SimpleNamespace
 
     import torch
 
     from training.games.bargain.comparisons import comparison_examples, draw_ask, verdict_accuracy
     _, tok = tiny
-    products = [SimpleNamespace(budget=b, title=f"Thing {i}") for i, b in enumerate((47.99, 155.19, 1234.5, 0.99))]
+    products = [SimpleNamespace(budget=b, title=f"Thing {i}", category="misc", list_price=b * 1.25)
+                for i, b in enumerate((47.99, 155.19, 1234.5, 0.99))]
     data = comparison_examples(tok, products, 40, seed=3)
     assert data["verdict_over"] == [i % 2 == 0 for i in range(40)]
-    for ids, mask, over, ask, budget in zip(data["input_ids"], data["completion_mask"], data["verdict_over"],
-                                            data["ask"], data["budget"]):
+    for ids, mask, at, over, ask, budget in zip(data["input_ids"], data["completion_mask"], data["verdict_at"],
+                                                data["verdict_over"], data["ask"], data["budget"]):
         assert (ask > budget) == over and budget in (47.99, 155.19, 1234.5, 0.99)
-        word = tok(" over" if over else " within", add_special_tokens=False)["input_ids"]
-        assert ids[-len(word):] == word and mask == [0] * (len(ids) - len(word)) + [1] + [0] * (len(word) - 1)
+        word = "over" if over else "within"
+        assert ids[at] == tok(" " + word, add_special_tokens=False)["input_ids"][0]
+        thought = f"Thought: Ask ${ask:,.2f} vs budget ${budget:,.2f}: {word} budget."
+        assert tok.decode([i for i, m in zip(ids, mask) if m]) == thought and mask[-1] == 1
+        assert mask == sorted(mask) and mask[at], "the loss is on the Thought, the verdict among it, and no prompt"
         text = tok.decode(ids)
-        assert text.rstrip().endswith(f"Ask ${ask:,.2f} vs budget ${budget:,.2f}: {'over' if over else 'within'}")
-        assert f"Action: [SELL] ${ask:,.2f}" in text
+        assert f"Action: [SELL] ${ask:,.2f}" in text and f"Your budget: ${budget:,.2f} (private)." in text
     assert data["input_ids"] == comparison_examples(tok, products, 40, seed=3)["input_ids"], "seeded"
     rng = __import__("random").Random(0)
     for _ in range(2000):  # fuzz: any budget, either side

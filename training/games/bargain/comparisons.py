@@ -3,11 +3,12 @@
 SmolLM2's buyer writes "Ask $105.00 vs budget $115.19: over budget." and copies both prices right, but writes "over"
 whatever they are: the verdict word is where its Thoughts go false. A game states about four verdicts and costs
 seconds to play; here each example is the one reply prefix that matters, in the chat format the buyer reads in its
-games (the seller's turn, as the environment renders it, then the buyer's Thought up to the colon, then the verdict
-word), with the loss on the verdict word's first token alone. The budgets are the products' own, the asks are drawn around them (half above,
-half within, many within a few percent, whole dollars or cents, as sellers ask), so the two words are equally
-often right and only the comparison tells them apart. ``verdict_accuracy`` scores a model on such examples by which of
-the two words it ranks higher.
+games: its budget, the seller's turn as the environment renders it, then its Thought through the verdict. The budgets
+are the products' own, the asks are drawn around them (half above, half within, many within a few percent, whole
+dollars or cents, as sellers ask), so the two words are equally often right and only the comparison tells them apart.
+The loss is on the whole Thought: with it on the verdict word alone (125 steps at 5e-4), SmolLM2 learned the
+comparison (99.8% on held-out examples) and began its game Thoughts with "within the first 2.00.", every game lost.
+``verdict_accuracy`` scores a model on such examples by which of the two words it ranks higher.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import torch
 
 from env.bargain.env import Message
 from env.bargain.players.sellers import SELLERS
-from env.bargain.prompts import opponent_message
+from env.bargain.prompts import opponent_message, system_prompt
 from env.bargain.protocol import SELL, Action, format_price
-from env.bargain.rules import SELLER
+from env.bargain.rules import BUYER, SELLER
 
 WORDS = ("over", "within")  # the two verdicts the buyer's Thought writes, in this order of ``verdict_over``
 _LINES = sorted({line for cls in SELLERS.values() for key in ("counter", "hold") for line in cls.talk_lines.get(key, ())})
@@ -43,39 +44,41 @@ def draw_ask(rng: random.Random, budget: float, over: bool) -> float:
     return round(budget + 0.01, 2) if over else budget  # a budget so small that no drawn price landed on its side
 
 
-def _user_turn(tokenizer) -> tuple[str, str]:
-    """The chat template's text around a user turn that follows an assistant turn, up to the generation prompt (the
-    engine's own split, ``LLMAgent._user_turn_template``)."""
-    from training.engine.rollout import LLMAgent  # noqa: PLC0415
-
-    return LLMAgent._user_turn_template(SimpleNamespace(tokenizer=tokenizer, template_kwargs={"enable_thinking": False}))
-
-
 def comparison_examples(tokenizer, products: Sequence, n: int, seed: int, max_turns: int = 6):
-    """``n`` drill examples as a dataset of ``input_ids`` (ending with the verdict word), ``completion_mask`` (1 on the
-    verdict word's first token only), ``verdict_over`` (the true word) and the ``ask`` and ``budget`` each compares; example ``i`` takes product
-    ``i mod len(products)`` (its budget and title), and its true word alternates (even: over), so the two are
-    balanced."""
+    """``n`` drill examples as a dataset of ``input_ids``, ``completion_mask``, ``verdict_at`` (where the verdict
+    word's first token stands), ``verdict_over`` (the true word) and the ``ask`` and ``budget`` each compares. Each is
+    a chat: the system prompt's last two lines (the product and the budget, as the buyer's prompt ends), the seller's
+    turn (a persona's line and its ``[SELL]`` action, as the environment renders them), and the buyer's Thought
+    "Ask $A vs budget $B: <verdict> budget." with the loss on all of it (every word but the verdict is copied from the
+    context, which holds the reply's form in place while the verdict is learned); no end of turn follows. Example
+    ``i`` takes product ``i mod len(products)`` (its budget and title), and its true word alternates (even: over), so
+    the two are balanced."""
     from datasets import Dataset  # noqa: PLC0415
 
     if n < 1 or not products:
         raise ValueError(f"a drill needs at least one example and one product (got {n} and {len(products)})")
     rng = random.Random(seed)
-    before, after = _user_turn(tokenizer)
     word_ids = _word_ids(tokenizer)
-    rows = {"input_ids": [], "completion_mask": [], "verdict_over": [], "ask": [], "budget": []}
+    period = tokenizer(" budget.", add_special_tokens=False)["input_ids"]
+    rows = {"input_ids": [], "completion_mask": [], "verdict_at": [], "verdict_over": [], "ask": [], "budget": []}
     for i in range(n):
         product, over = products[i % len(products)], i % 2 == 0
         budget = float(product.budget)
         ask = draw_ask(rng, budget, over)
-        turn = rng.randint(1, max_turns)
+        view = SimpleNamespace(role=BUYER, turn=rng.randint(1, max_turns), max_turns=max_turns, title=product.title,
+                               description="", category=product.category, list_price=product.list_price,
+                               private_value=budget)
         talk = rng.choice(_LINES).format(price=format_price(ask), item=product.title)
-        seen = opponent_message(Message(SELLER, talk, Action(SELL, ask)),
-                                SimpleNamespace(turn=turn, max_turns=max_turns))
-        text = f"{before}{seen}{after}Thought: Ask {format_price(ask)} vs budget {format_price(budget)}:"
-        head, word = tokenizer(text, add_special_tokens=False)["input_ids"], word_ids[0 if over else 1]
-        rows["input_ids"].append(head + word)
-        rows["completion_mask"].append([0] * len(head) + [1] + [0] * (len(word) - 1))
+        chat = [{"role": "system", "content": "\n".join(system_prompt(view).splitlines()[-2:])},
+                {"role": "user", "content": opponent_message(Message(SELLER, talk, Action(SELL, ask)), view)}]
+        prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        thought = tokenizer(f"Thought: Ask {format_price(ask)} vs budget {format_price(budget)}:",
+                            add_special_tokens=False)["input_ids"]
+        tail = word_ids[0 if over else 1] + period
+        rows["input_ids"].append(head + thought + tail)
+        rows["completion_mask"].append([0] * len(head) + [1] * (len(thought) + len(tail)))
+        rows["verdict_at"].append(len(head) + len(thought))
         rows["verdict_over"].append(over)
         rows["ask"].append(ask)
         rows["budget"].append(budget)
@@ -104,7 +107,7 @@ def verdict_accuracy(model, tokenizer, examples, batch_size: int = 32) -> dict:
     try:
         for s in range(0, len(examples), batch_size):
             chunk = examples[s: s + batch_size]
-            prompts = [ids[: mask.index(1)] for ids, mask in zip(chunk["input_ids"], chunk["completion_mask"])]
+            prompts = [ids[:at] for ids, at in zip(chunk["input_ids"], chunk["verdict_at"])]
             width = max(map(len, prompts))
             ids = torch.tensor([p + [pad] * (width - len(p)) for p in prompts])
             mask = torch.tensor([[1] * len(p) + [0] * (width - len(p)) for p in prompts])
