@@ -573,6 +573,7 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
     assert curve["provenance"]["config"]["script"]["teach"] == "verdicts" and curve["points"]
     assert curve["provenance"]["config"]["script"]["verdict_weight"] == 10
     assert any("verdict_accuracy" in p for p in curve["points"]), "the weighted stage logs its verdicts' accuracy"
+    assert "comparisons" not in curve, "no drill was mixed in"
     before, after = load_file(start / "model.safetensors"), load_file(final / "model.safetensors")
     assert any(not (after[k] == before[k]).all() for k in after if k in before)
     with pytest.raises(ValueError, match="--teach"):
@@ -645,6 +646,38 @@ def test_sft_teach_comparisons_drills_the_verdict_and_records_its_held_out_accur
     assert any(not (after[k] == before[k]).all() for k in after if k in before)
     with pytest.raises(ValueError, match="--teach comparisons"):
         sft.SFTScriptArguments(teach="comparisons", role="seller")
+
+
+@pytest.mark.slow
+def test_sft_teach_verdicts_mixes_a_drill_whose_verdicts_carry_the_weight(tmp_path, monkeypatch):
+    """``--teach verdicts --drill N``: N drill examples (the loss on the verdict word alone) join the own games, each
+    with its one verdict position for the weighted loss; the curve records the own games and the drill's held-out
+    accuracy before and after."""
+    from training.games.bargain import verdict_trainer
+
+    seen = {}
+    original = verdict_trainer.VerdictWeightedSFTTrainer.__init__
+
+    def spy(self, *args, **kwargs):
+        seen["data"] = kwargs["train_dataset"]
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(verdict_trainer.VerdictWeightedSFTTrainer, "__init__", spy)
+    start = ROOT / "artifacts/checkpoints/grpo-tiny"
+    sft.main(["--smoke", "--model", str(start), "--teach", "verdicts", "--games", "8", "--drill", "20",
+              "--verdict_weight", "10", "--output_dir", str(tmp_path / "m"), "--curve", str(tmp_path / "m.json")])
+    data = seen["data"]
+    assert len(data) == 8 + 20
+    drill = data.select(range(8, 28))
+    for ids, mask, at, over in zip(drill["input_ids"], drill["completion_mask"], drill["verdicts"],
+                                   drill["verdict_over"]):
+        assert len(at) == 1 and sum(mask) == 1 and mask[at[0]] == 1 and len(over) == 1
+    assert [o[0] for o in drill["verdict_over"]] == [i % 2 == 0 for i in range(20)]
+    curve = json.loads((tmp_path / "m.json").read_text())
+    assert curve["own_games"] and curve["comparisons"]["train_examples"] == 20
+    assert curve["comparisons"]["loss"] == "verdict" and set(curve["comparisons"]) >= {"before", "after"}
+    with pytest.raises(ValueError, match="--drill"):
+        sft.SFTScriptArguments(drill=5)  # --teach expert
 
 
 @pytest.mark.slow

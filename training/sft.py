@@ -81,6 +81,10 @@ class SFTScriptArguments(GameArguments):
     verdict_balance: bool = field(default=False, metadata={
         "help": "--verdict_weight: the true words 'over' and 'within' carry half the verdicts' weight each (the "
                 "policy's verdicts are mostly 'over'; the mean weight a verdict stays --verdict_weight)"})
+    drill: int = field(default=0, metadata={
+        "help": "--teach verdicts: this many comparison-drill examples (as --teach comparisons writes them, the loss "
+                "on the verdict word alone) mixed among the own games, whose tokens hold the reply's form; the curve "
+                "records the held-out verdict accuracy before and after"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
@@ -99,6 +103,11 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--teach {self.teach} teaches a buyer's Thoughts: the bilateral game's buyer only")
         if not self.verdict_weight >= 1:
             raise ValueError(f"--verdict_weight must be at least 1, got {self.verdict_weight}")
+        if self.drill and self.teach != "verdicts":
+            raise ValueError("--drill mixes drill examples into --teach verdicts' own games (--teach comparisons is "
+                             "the drill alone: --games examples)")
+        if self.drill < 0:
+            raise ValueError(f"--drill must be 0 or more, got {self.drill}")
         if self.verdict_weight != 1 and self.teach != "verdicts":
             raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
         if self.verdict_balance and self.verdict_weight == 1:
@@ -168,9 +177,20 @@ def main(argv: list[str] | None = None):
                              "verdict in their Thoughts: nothing to teach (--teach verdicts)")
         print(f"the model's {script.games} games state {verdicts[0]} true and {verdicts[1]} false verdicts",
               file=sys.stderr)
+        if script.drill:
+            from datasets import concatenate_datasets  # noqa: PLC0415
+
+            examples, held_out, drill = _drill(game, script, tok, cfg.seed, script.drill, loss="verdict")
+            examples = examples.map(lambda row: {"verdicts": [row["verdict_at"]], "verdict_over": [row["verdict_over"]]},
+                                    remove_columns=["verdict_at"])
+            dataset = concatenate_datasets([dataset, examples.cast(dataset.features)])
+            drill["before"] = verdict_accuracy(model, tok, held_out)
+            print(f"{script.drill} drill examples mixed in; held-out verdict accuracy before: "
+                  f"{drill['before']['accuracy']:.1%}", file=sys.stderr)
     elif script.teach == "comparisons":
         verdicts = None
-        dataset, held_out, drill = _drill(game, script, tok, cfg.seed)
+        dataset, held_out, drill = _drill(game, script, tok, cfg.seed, script.games)
+        dataset = dataset.select_columns(["input_ids", "completion_mask"])
         drill["before"] = verdict_accuracy(model, tok, held_out)
         print(f"held-out verdict accuracy before the drill: {drill['before']['accuracy']:.1%}", file=sys.stderr)
     else:
@@ -203,7 +223,7 @@ def main(argv: list[str] | None = None):
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:  # one writer: the main process records the run
         return trainer, final
-    if script.teach == "comparisons":
+    if script.teach == "comparisons" or script.drill:
         drill["after"] = verdict_accuracy(trainer.model, tok, held_out)
         print(f"held-out verdict accuracy after the drill: {drill['after']['accuracy']:.1%} (asks over the budget "
               f"{drill['after']['accuracy_over']:.1%}, within it {drill['after']['accuracy_within']:.1%})",
@@ -225,7 +245,8 @@ def main(argv: list[str] | None = None):
                                                            command_line(__file__, [__file__, *argv])),
                                   "points": curve_points(trainer.state.log_history),
                                   **({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0],
-                                                    "verdicts_false": verdicts[1]}}
+                                                    "verdicts_false": verdicts[1]},
+                                      **({"comparisons": drill} if script.drill else {})}
                                      if verdicts else {"comparisons": drill} if script.teach == "comparisons"
                                      else {"expert_reward_mean": reward})})
     return trainer, final
@@ -236,16 +257,17 @@ DRILL_SEEDS = ("drill example i: train product i mod n, asks drawn with the trai
                f"{DRILL_HELD_OUT} on the test products, asks drawn with the training seed + 1")
 
 
-def _drill(game, script, tok, seed: int):
-    """The comparison drill's training examples (train products), its held-out ones (test products, other asks) and
-    the record the curve keeps of it."""
+def _drill(game, script, tok, seed: int, n: int, loss: str = "thought"):
+    """``n`` comparison-drill training examples (train products; the loss on ``loss``), held-out ones (test products,
+    other asks) and the record the curve keeps of them."""
     from training.games.bargain.adapter import training_products  # noqa: PLC0415
 
     held_products = training_products(script.scenarios, script.budget_factor, split="test")
-    train = comparison_examples(tok, game.train, script.games, seed, script.max_turns)
+    train = comparison_examples(tok, game.train, n, seed, script.max_turns, loss=loss)
     held_out = comparison_examples(tok, held_products, DRILL_HELD_OUT, seed + 1, script.max_turns)
-    return train.select_columns(["input_ids", "completion_mask"]), held_out, {"train_examples": len(train), "held_out_examples": len(held_out),
-                             "held_out_products": len(held_products)}
+    record = {"train_examples": len(train), "loss": loss, "held_out_examples": len(held_out),
+              "held_out_products": len(held_products)}
+    return train.select_columns(["input_ids", "completion_mask", "verdict_at", "verdict_over"]), held_out, record
 
 
 def _sampler(model, tok, script, seed: int, context: int | None):

@@ -44,7 +44,7 @@ def draw_ask(rng: random.Random, budget: float, over: bool) -> float:
     return round(budget + 0.01, 2) if over else budget  # a budget so small that no drawn price landed on its side
 
 
-def comparison_examples(tokenizer, products: Sequence, n: int, seed: int, max_turns: int = 6):
+def comparison_examples(tokenizer, products: Sequence, n: int, seed: int, max_turns: int = 6, loss: str = "thought"):
     """``n`` drill examples as a dataset of ``input_ids``, ``completion_mask``, ``verdict_at`` (where the verdict
     word's first token stands), ``verdict_over`` (the true word) and the ``ask`` and ``budget`` each compares. Each is
     a chat: the system prompt's last two lines (the product and the budget, as the buyer's prompt ends), the seller's
@@ -52,9 +52,12 @@ def comparison_examples(tokenizer, products: Sequence, n: int, seed: int, max_tu
     "Ask $A vs budget $B: <verdict> budget." with the loss on all of it (every word but the verdict is copied from the
     context, which holds the reply's form in place while the verdict is learned); no end of turn follows. Example
     ``i`` takes product ``i mod len(products)`` (its budget and title), and its true word alternates (even: over), so
-    the two are balanced."""
+    the two are balanced. ``loss="verdict"``: the loss on the verdict word's first token alone (for a drill mixed into
+    whole games, whose own tokens hold the reply's form)."""
     from datasets import Dataset  # noqa: PLC0415
 
+    if loss not in ("thought", "verdict"):
+        raise ValueError(f"the drill's loss is on the thought or the verdict, got {loss!r}")
     if n < 1 or not products:
         raise ValueError(f"a drill needs at least one example and one product (got {n} and {len(products)})")
     rng = random.Random(seed)
@@ -77,7 +80,8 @@ def comparison_examples(tokenizer, products: Sequence, n: int, seed: int, max_tu
                             add_special_tokens=False)["input_ids"]
         tail = word_ids[0 if over else 1] + period
         rows["input_ids"].append(head + thought + tail)
-        rows["completion_mask"].append([0] * len(head) + [1] * (len(thought) + len(tail)))
+        rows["completion_mask"].append([0] * len(head) + [1] * (len(thought) + len(tail)) if loss == "thought" else
+                                       [0] * (len(head) + len(thought)) + [1] + [0] * (len(tail) - 1))
         rows["verdict_at"].append(len(head) + len(thought))
         rows["verdict_over"].append(over)
         rows["ask"].append(ask)
