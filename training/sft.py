@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None):
         print(f"note: {kind} games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
     what = "examples" if kind == "drill" else f"games (mean {script.role} reward {reward:+.3f})"
-    print(f"{len(dataset)} {kind} {what}; {sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens each",
-          file=sys.stderr)
+    count = f"{len(dataset) - script.drill} {kind} {what}" + (f" and {script.drill} drill examples" if script.drill else "")
+    print(f"{count}; {sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens each", file=sys.stderr)
     lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     peft = lora_config() if lora and base is None else None
     if script.verdict_weight > 1:
