@@ -17,8 +17,9 @@ replaced by the true one (``training/games/bargain/verdicts.py``); ``--verdict_w
 loss W times (``training/games/bargain/verdict_trainer.py``).
 
 ``--teach comparisons`` is a drill: ``--games`` short examples of the buyer's ask-versus-budget verdict alone, in its
-chat format, the loss on the verdict word (``training/games/bargain/comparisons.py``); the curve records the verdict
-accuracy on held-out examples (test products' budgets, other asks) before and after.
+chat format, the loss on the Thought (``training/games/bargain/comparisons.py``); ``--teach verdicts --drill N`` mixes N
+such examples, the loss on the verdict word, among the own games. The curve records the verdict accuracy on held-out
+examples (test products' budgets, other asks) before and after.
 
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
@@ -73,7 +74,7 @@ class SFTScriptArguments(GameArguments):
                 "mix (sampled at --temperature, on llama.cpp where it runs) and learns them with each false "
                 "ask/offer-vs-budget verdict word of its Thoughts replaced by the true one (bilateral buyer); "
                 "comparisons: a drill of --games ask-versus-budget verdicts alone, half of each word, the loss on "
-                "the verdict word (bilateral buyer)"})
+                "the Thought (bilateral buyer)"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature of --teach verdicts' games"})
     verdict_weight: float = field(default=1.0, metadata={
         "help": "--teach verdicts: each labelled verdict token's loss counts this many times (1: every own token "
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None):
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32",
                             trainable=base is not None)
     measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
+    drill = None  # the comparison drill's record, when one is trained
     if script.teach == "verdicts":
         sampler = _sampler(model, tok, script, cfg.seed, cfg.max_length)
         try:
@@ -180,18 +182,16 @@ def main(argv: list[str] | None = None):
         if script.drill:
             from datasets import concatenate_datasets  # noqa: PLC0415
 
-            examples, held_out, drill = _drill(game, script, tok, cfg.seed, script.drill, loss="verdict")
+            examples, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.drill, loss="verdict")
             examples = examples.map(lambda row: {"verdicts": [row["verdict_at"]], "verdict_over": [row["verdict_over"]]},
                                     remove_columns=["verdict_at"])
             dataset = concatenate_datasets([dataset, examples.cast(dataset.features)])
-            drill["before"] = verdict_accuracy(model, tok, held_out)
             print(f"{script.drill} drill examples mixed in; held-out verdict accuracy before: "
                   f"{drill['before']['accuracy']:.1%}", file=sys.stderr)
     elif script.teach == "comparisons":
         verdicts = None
-        dataset, held_out, drill = _drill(game, script, tok, cfg.seed, script.games)
+        dataset, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.games)
         dataset = dataset.select_columns(["input_ids", "completion_mask"])
-        drill["before"] = verdict_accuracy(model, tok, held_out)
         print(f"held-out verdict accuracy before the drill: {drill['before']['accuracy']:.1%}", file=sys.stderr)
     else:
         verdicts = None
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None):
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:  # one writer: the main process records the run
         return trainer, final
-    if script.teach == "comparisons" or script.drill:
+    if drill:
         drill["after"] = verdict_accuracy(trainer.model, tok, held_out)
         print(f"held-out verdict accuracy after the drill: {drill['after']['accuracy']:.1%} (asks over the budget "
               f"{drill['after']['accuracy_over']:.1%}, within it {drill['after']['accuracy_within']:.1%})",
@@ -239,16 +239,15 @@ def main(argv: list[str] | None = None):
                   "precision": "bfloat16 autocast, float32 weights" if cfg.bf16 else "float32",
                   "precision_measured": measured,
                   "world_size": trainer.accelerator.num_processes}
+        extra = ({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0], "verdicts_false": verdicts[1]}}
+                 if verdicts else {} if script.teach == "comparisons" else {"expert_reward_mean": reward})
+        if drill:
+            extra["comparisons"] = drill
         seeds = {"games": game.seed_rule("games") if verdicts else DRILL_SEEDS if script.teach == "comparisons"
                  else game.expert_seed_rule(len(script.modes)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
-                                  "points": curve_points(trainer.state.log_history),
-                                  **({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0],
-                                                    "verdicts_false": verdicts[1]},
-                                      **({"comparisons": drill} if script.drill else {})}
-                                     if verdicts else {"comparisons": drill} if script.teach == "comparisons"
-                                     else {"expert_reward_mean": reward})})
+                                  "points": curve_points(trainer.state.log_history), **extra})
     return trainer, final
 
 
@@ -257,16 +256,16 @@ DRILL_SEEDS = ("drill example i: train product i mod n, asks drawn with the trai
                f"{DRILL_HELD_OUT} on the test products, asks drawn with the training seed + 1")
 
 
-def _drill(game, script, tok, seed: int, n: int, loss: str = "thought"):
+def _drill(model, game, script, tok, seed: int, n: int, loss: str = "thought"):
     """``n`` comparison-drill training examples (train products; the loss on ``loss``), held-out ones (test products,
-    other asks) and the record the curve keeps of them."""
+    other asks) and the record the curve keeps of them, with ``model``'s held-out accuracy before training."""
     from training.games.bargain.adapter import training_products  # noqa: PLC0415
 
     held_products = training_products(script.scenarios, script.budget_factor, split="test")
     train = comparison_examples(tok, game.train, n, seed, script.max_turns, loss=loss)
     held_out = comparison_examples(tok, held_products, DRILL_HELD_OUT, seed + 1, script.max_turns)
     record = {"train_examples": len(train), "loss": loss, "held_out_examples": len(held_out),
-              "held_out_products": len(held_products)}
+              "held_out_products": len(held_products), "before": verdict_accuracy(model, tok, held_out)}
     return train.select_columns(["input_ids", "completion_mask", "verdict_at", "verdict_over"]), held_out, record
 
 

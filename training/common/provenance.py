@@ -121,12 +121,14 @@ def read_lineage(folder: str | os.PathLike) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def provenance(config: dict, seeds: Any, wall_time_s: float, command: str | None = None) -> dict:
+def provenance(config: dict, seeds: Any, wall_time_s: float, command: str | None = None,
+               commit: str | None = None) -> dict:
+    """``commit``: the code the run loaded, when the record is written long after (HEAD may have moved since)."""
     return {
         "command": command or command_line(),
         "config": config,
         "seeds": seeds,
-        "commit": git_commit(),
+        "commit": commit or git_commit(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "wall_time_s": round(wall_time_s, 3),

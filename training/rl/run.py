@@ -361,6 +361,7 @@ class RLRun:
     script_path: str
     argv: list[str]
     start: float = field(default_factory=time.perf_counter)
+    commit: str = field(default_factory=git_commit)  # the code this process loaded (the tree may change while it runs)
     game: object = None
     model: object = None
     tokenizer: object = None
@@ -507,7 +508,7 @@ class RunRecord(TrainerCallback):
             print(f"warning: {resumed_from} has no {RUN_RECORD} (saved by older code): the curve starts at the "
                   "resumed step, and the steps before it are missing from it", file=sys.stderr)
         self.segments.append({"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                              "commit": git_commit(), "machine": machine(), "first_step": None, "last_step": None,
+                              "commit": run.commit, "machine": machine(), "first_step": None, "last_step": None,
                               "wall_time_s": 0.0, "bf16": bool(run.cfg.bf16), "precision_measured": run.precision,
                               "reward_weights": reward_weights(run)})
 
@@ -603,7 +604,8 @@ def _write_curve(trainer, run: RLRun, final: Path, complete: bool, segments: lis
               "world_size": trainer.accelerator.num_processes}
     seeds = {"rows": run.game.seed_rule("rows"), "training_seed": cfg.seed}
     wall = sum(s["wall_time_s"] for s in segments) if segments else time.perf_counter() - run.start
-    out = {"provenance": provenance(config, seeds, wall, command_line(run.script_path, [run.script_path, *run.argv])),
+    out = {"provenance": provenance(config, seeds, wall, command_line(run.script_path, [run.script_path, *run.argv]),
+                                    commit=run.commit),
            "complete": complete, "max_steps": cfg.max_steps, **({"stopped": run.stopped} if run.stopped else {}),
            "points": curve_points(run.rollouts.steps, trainer.state.log_history)}
     if segments:
