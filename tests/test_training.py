@@ -591,7 +591,8 @@ def test_the_comparison_drill_states_each_verdict_of_its_prices_half_of_each_wor
 
     import torch
 
-    from training.games.bargain.comparisons import comparison_examples, draw_ask, verdict_accuracy
+    from training.games.bargain.comparisons import (comparison_examples, draw_ask, stream_verdict_accuracy,
+                                                    verdict_accuracy)
     _, tok = tiny
     products = [SimpleNamespace(budget=b, title=f"Thing {i}", category="misc", list_price=b * 1.25)
                 for i, b in enumerate((47.99, 155.19, 1234.5, 0.99))]
@@ -625,6 +626,22 @@ def test_the_comparison_drill_states_each_verdict_of_its_prices_half_of_each_wor
     model.device = torch.device("cpu")
     score = verdict_accuracy(model, tok, data, batch_size=7)
     assert score == {"accuracy": 0.5, "accuracy_over": 1.0, "accuracy_within": 0.0, "examples": 40}
+
+    class SaysOverInGames(torch.nn.Module):  # the stream form: logits kept at the verdict positions alone
+        def forward(self, input_ids, logits_to_keep):
+            logits = torch.zeros(1, len(logits_to_keep), len(tok))
+            logits[..., over_id] = 1.0
+            return SimpleNamespace(logits=logits)
+
+    streams = {"input_ids": [], "verdicts": [], "verdict_over": []}
+    for ids, at, over in zip(data["input_ids"], data["verdict_at"], data["verdict_over"]):
+        streams["input_ids"].append(ids + ids)  # two verdicts a stream, the second after the first
+        streams["verdicts"].append([at, len(ids) + at])
+        streams["verdict_over"].append([over, over])
+    games = SaysOverInGames()
+    games.device = torch.device("cpu")
+    score = stream_verdict_accuracy(games, tok, streams)
+    assert score == {"accuracy": 0.5, "accuracy_over": 1.0, "accuracy_within": 0.0, "examples": 80}
 
 
 @pytest.mark.slow
@@ -665,9 +682,17 @@ def test_sft_teach_verdicts_mixes_a_drill_whose_verdicts_carry_the_weight(tmp_pa
     monkeypatch.setattr(verdict_trainer.VerdictWeightedSFTTrainer, "__init__", spy)
     start = ROOT / "artifacts/checkpoints/grpo-tiny"
     sft.main(["--smoke", "--model", str(start), "--teach", "verdicts", "--games", "8", "--drill", "20",
-              "--verdict_weight", "10", "--output_dir", str(tmp_path / "m"), "--curve", str(tmp_path / "m.json")])
+              "--drill_games", "6", "--verdict_weight", "10", "--output_dir", str(tmp_path / "m"),
+              "--curve", str(tmp_path / "m.json")])
     data = seen["data"]
-    assert len(data) == 8 + 20
+    assert len(data) == 8 + 20 + 6, "every expert game states a verdict"
+    tok = __import__("transformers").AutoTokenizer.from_pretrained(start)
+    streams = data.select(range(28, 34))
+    for ids, mask, at, over in zip(streams["input_ids"], streams["completion_mask"], streams["verdicts"],
+                                   streams["verdict_over"]):  # the loss on the expert's true verdict words alone
+        assert at and [i for i, m in enumerate(mask) if m] == at
+        assert [tok.decode([ids[i]]).strip() for i in at] == ["over" if o else "within" for o in over]
+        assert "Thought: Ask $" in tok.decode(ids[: at[-1]]), "each verdict is read after the game's history"
     drill = data.select(range(8, 28))
     for ids, mask, at, over in zip(drill["input_ids"], drill["completion_mask"], drill["verdicts"],
                                    drill["verdict_over"]):
@@ -676,8 +701,16 @@ def test_sft_teach_verdicts_mixes_a_drill_whose_verdicts_carry_the_weight(tmp_pa
     curve = json.loads((tmp_path / "m.json").read_text())
     assert curve["own_games"] and curve["comparisons"]["train_examples"] == 20
     assert curve["comparisons"]["loss"] == "verdict" and set(curve["comparisons"]) >= {"before", "after"}
+    in_games = curve["comparisons_in_games"]
+    assert in_games["train_games"] == 6 and in_games["held_out_games"] == sft.DRILL_GAMES_HELD_OUT
+    held = in_games["held_out_verdicts"]
+    for when in ("before", "after"):
+        assert in_games[when]["examples"] == held["over"] + held["within"] > 0
+        assert 0 <= in_games[when]["accuracy"] <= 1
     with pytest.raises(ValueError, match="--drill"):
         sft.SFTScriptArguments(drill=5)  # --teach expert
+    with pytest.raises(ValueError, match="--drill_games"):
+        sft.SFTScriptArguments(drill_games=5)
 
 
 @pytest.mark.slow

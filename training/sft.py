@@ -47,7 +47,7 @@ from training.engine.models import (adapter_base, is_pretrained, load_model, lor
 from training.engine.precision import PRECISION_HELP, check_precision, set_training_precision
 from training.engine.rollout import LLMAgent
 from training.games import GameArguments, game_for
-from training.games.bargain.comparisons import comparison_examples, verdict_accuracy
+from training.games.bargain.comparisons import comparison_examples, stream_verdict_accuracy, verdict_accuracy
 from training.games.bargain.verdicts import GAMES_A_BATCH
 
 DEFAULT_CURVE = "artifacts/sft_training_curve.json"
@@ -88,6 +88,12 @@ class SFTScriptArguments(GameArguments):
                 "records the held-out verdict accuracy before and after"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
+    drill_games: int = field(default=0, metadata={
+        "help": "--teach verdicts: this many expert games against the seller cycle (train products), the loss on "
+                "the verdict words of their Thoughts alone, mixed among the own games: the comparison drilled where "
+                "the buyer meets it, after the game's earlier asks and verdicts; the curve records the verdict "
+                "accuracy on held-out expert games (test products) before and after"})
+
     def __post_init__(self):
         if self.role not in ("buyer", "seller"):
             raise ValueError(f"--role must be buyer or seller, got {self.role!r}")
@@ -107,8 +113,10 @@ class SFTScriptArguments(GameArguments):
         if self.drill and self.teach != "verdicts":
             raise ValueError("--drill mixes drill examples into --teach verdicts' own games (--teach comparisons is "
                              "the drill alone: --games examples)")
-        if self.drill < 0:
-            raise ValueError(f"--drill must be 0 or more, got {self.drill}")
+        if self.drill < 0 or self.drill_games < 0:
+            raise ValueError(f"--drill and --drill_games must be 0 or more, got {self.drill} and {self.drill_games}")
+        if self.drill_games and self.teach != "verdicts":
+            raise ValueError("--drill_games mixes expert games' verdicts into --teach verdicts' own games")
         if self.verdict_weight != 1 and self.teach != "verdicts":
             raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
         if self.verdict_balance and self.verdict_weight == 1:
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None):
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32",
                             trainable=base is not None)
     measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
-    drill = None  # the comparison drill's record, when one is trained
+    drill = streams_record = None  # the comparison drills' records, when trained
     if script.teach == "verdicts":
         sampler = _sampler(model, tok, script, cfg.seed, cfg.max_length)
         try:
@@ -188,6 +196,13 @@ def main(argv: list[str] | None = None):
             dataset = concatenate_datasets([dataset, examples.cast(dataset.features)])
             print(f"{script.drill} drill examples mixed in; held-out verdict accuracy before: "
                   f"{drill['before']['accuracy']:.1%}", file=sys.stderr)
+        if script.drill_games:
+            from datasets import concatenate_datasets  # noqa: PLC0415
+
+            streams, held_streams, streams_record = _drill_games(model, game, script, tok)
+            dataset = concatenate_datasets([dataset, streams.cast(dataset.features)])
+            print(f"{script.drill_games} expert games' verdicts mixed in ({streams_record['train_verdicts']}); "
+                  f"held-out accuracy in games before: {streams_record['before']['accuracy']:.1%}", file=sys.stderr)
     elif script.teach == "comparisons":
         verdicts = None
         dataset, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.games)
@@ -204,7 +219,9 @@ def main(argv: list[str] | None = None):
         print(f"note: {kind} games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
     what = "examples" if kind == "drill" else f"games (mean {script.role} reward {reward:+.3f})"
-    count = f"{len(dataset) - script.drill} {kind} {what}" + (f" and {script.drill} drill examples" if script.drill else "")
+    mixed = script.drill + len(streams) if streams_record else script.drill
+    count = (f"{len(dataset) - mixed} {kind} {what}" + (f", {script.drill} drill examples" if script.drill else "")
+             + (f", {len(streams)} expert games' verdicts" if streams_record else ""))
     print(f"{count}; {sum(len(x) for x in dataset['input_ids']) / len(dataset):.0f} tokens each", file=sys.stderr)
     lora = base is not None or script.lora == "yes" or (script.lora == "auto" and is_pretrained(script.model))
     peft = lora_config() if lora and base is None else None
@@ -228,6 +245,11 @@ def main(argv: list[str] | None = None):
         print(f"held-out verdict accuracy after the drill: {drill['after']['accuracy']:.1%} (asks over the budget "
               f"{drill['after']['accuracy_over']:.1%}, within it {drill['after']['accuracy_within']:.1%})",
               file=sys.stderr)
+    if streams_record:
+        streams_record["after"] = stream_verdict_accuracy(trainer.model, tok, held_streams)
+        print(f"held-out verdict accuracy in expert games after: {streams_record['after']['accuracy']:.1%} (over "
+              f"{streams_record['after']['accuracy_over']:.1%}, within {streams_record['after']['accuracy_within']:.1%})",
+              file=sys.stderr)
     tok.save_pretrained(final)
     save_adapter_base(final, base or script.model)
     write_lineage(final, resolve_model_path(script.model), "sft",
@@ -243,6 +265,8 @@ def main(argv: list[str] | None = None):
                  if verdicts else {} if script.teach == "comparisons" else {"expert_reward_mean": reward})
         if drill:
             extra["comparisons"] = drill
+        if streams_record:
+            extra["comparisons_in_games"] = streams_record
         seeds = {"games": game.seed_rule("games") if verdicts else DRILL_SEEDS if script.teach == "comparisons"
                  else game.expert_seed_rule(len(script.modes)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
@@ -267,6 +291,27 @@ def _drill(model, game, script, tok, seed: int, n: int, loss: str = "thought"):
     record = {"train_examples": len(train), "loss": loss, "held_out_examples": len(held_out),
               "held_out_products": len(held_products), "before": verdict_accuracy(model, tok, held_out)}
     return train.select_columns(["input_ids", "completion_mask", "verdict_at", "verdict_over"]), held_out, record
+
+
+DRILL_GAMES_HELD_OUT = 48  # held-out expert games (test products) the in-game verdict accuracy is measured on
+DRILL_GAMES_SEED = 1_000_000  # the expert drill games' seeds start here (the own games take seeds 0, 1, ...)
+
+
+def _drill_games(model, game, script, tok):
+    """``--drill_games``: the expert's games as verdict-only streams (train products), held-out ones (test
+    products) and the record the curve keeps, with ``model``'s held-out accuracy before training."""
+    from training.games.bargain.adapter import training_products  # noqa: PLC0415
+
+    agent = LLMAgent(TransformersBackend(model, tok), script.modes[0])  # formats the expert's replies; samples nothing
+    train, (over, within) = game.expert_verdict_games(agent, script.drill_games, seed=DRILL_GAMES_SEED)
+    held_products = training_products(script.scenarios, script.budget_factor, split="test")
+    held, (h_over, h_within) = game.expert_verdict_games(agent, DRILL_GAMES_HELD_OUT, products=held_products)
+    record = {"train_games": len(train), "train_verdicts": {"over": over, "within": within},
+              "seeds": f"game i: train product i mod {len(game.train)}, seed {DRILL_GAMES_SEED} + i, seller i mod "
+                       f"{len(script.seller_names)}; held out: test product i mod {len(held_products)}, seed i",
+              "held_out_games": len(held), "held_out_verdicts": {"over": h_over, "within": h_within},
+              "before": stream_verdict_accuracy(model, tok, held)}
+    return train, held, record
 
 
 def _sampler(model, tok, script, seed: int, context: int | None):

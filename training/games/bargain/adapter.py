@@ -113,6 +113,39 @@ class BargainGame:
                 "verdict_over": [e.over for e in examples]}
         return Dataset.from_dict(data), counts, reward
 
+    def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0):
+        """The comparison drill in whole games: ``games`` of the expert buyer, written in ``agent``'s conversation
+        format, against the seller cycle (game ``i``: product ``i mod len(products)``, seed ``seed + i``, seller
+        ``i mod len(sellers)``; ``products``: the train split unless given), as streams whose loss falls on the
+        verdict words of the buyer's Thoughts alone (``completion_mask`` 1 there, ``verdicts``/``verdict_over`` as
+        ``verdict_games`` writes them). Each verdict is read with the game's history before it: the earlier asks and
+        the earlier Thoughts' verdicts, most of them "over" until an ask comes within the budget. Returns the
+        dataset and the ``(over, within)`` counts of its true words."""
+        from datasets import Dataset  # noqa: PLC0415
+
+        from training.engine.rollout import Teacher  # noqa: PLC0415
+        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
+
+        products = self.train if products is None else products
+        names = self.script.seller_names
+        episodes = [(products[i % len(products)], seed + i) for i in range(games)]
+        records = play_episodes(episodes, Teacher("expert", agent), [names[i % len(names)] for i in range(games)],
+                                self.script.max_turns)
+        data = {"input_ids": [], "completion_mask": [], "verdicts": [], "verdict_over": []}
+        for rec in records:
+            ex = verdict_example(rec, agent.tokenizer)
+            if not ex.verdicts:  # a game the expert closed before any ask (nothing to drill)
+                continue
+            mask = [0] * len(ex.input_ids)
+            for at in ex.verdicts:
+                mask[at] = 1
+            data["input_ids"].append(ex.input_ids)
+            data["completion_mask"].append(mask)
+            data["verdicts"].append(ex.verdicts)
+            data["verdict_over"].append(ex.over)
+        words = [o for row in data["verdict_over"] for o in row]
+        return Dataset.from_dict(data), (sum(words), len(words) - sum(words))
+
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained
         role's tokens). Game ``i`` is train product ``i mod len(train)`` with seed ``i`` against seller

@@ -127,3 +127,33 @@ def verdict_accuracy(model, tokenizer, examples, batch_size: int = 32) -> dict:
     share = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
     return {"accuracy": share(everything), "accuracy_over": share(hits[True]),
             "accuracy_within": share(hits[False]), "examples": len(everything)}
+
+
+@torch.no_grad()
+def stream_verdict_accuracy(model, tokenizer, examples) -> dict:
+    """``verdict_accuracy`` on whole game streams (``expert_verdict_games``): at each of an example's ``verdicts``
+    positions, whether ``model`` ranks the word the stream holds there (the true one) above the other verdict word,
+    reading the game's history before it. One forward an example, the logits kept at the verdict positions alone."""
+    _word_ids(tokenizer)  # the two words must start with different tokens
+    was_training = model.training
+    model.eval()
+    hits = {True: [], False: []}
+    try:
+        for ids, positions, overs in zip(examples["input_ids"], examples["verdicts"], examples["verdict_over"]):
+            keep = [p for p in positions if 0 < p < len(ids)]
+            if not keep:
+                continue
+            inputs = torch.tensor([ids[: max(keep)]], device=model.device)
+            logits = model(input_ids=inputs, logits_to_keep=torch.tensor([p - 1 for p in keep])).logits[0]
+            for row, p, over in zip(logits, keep, overs):
+                true_id = ids[p]
+                lead = tokenizer.decode([true_id])
+                lead = lead[: len(lead) - len(lead.lstrip())]
+                other = tokenizer(lead + WORDS[1 if over else 0], add_special_tokens=False)["input_ids"][0]
+                hits[over].append(bool(row[true_id] > row[other]))
+    finally:
+        model.train(was_training)
+    everything = hits[True] + hits[False]
+    share = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
+    return {"accuracy": share(everything), "accuracy_over": share(hits[True]),
+            "accuracy_within": share(hits[False]), "examples": len(everything)}
