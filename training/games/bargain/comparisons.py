@@ -123,10 +123,7 @@ def verdict_accuracy(model, tokenizer, examples, batch_size: int = 32) -> dict:
                 hits[truth].append(said == truth)
     finally:
         model.train(was_training)
-    everything = hits[True] + hits[False]
-    share = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
-    return {"accuracy": share(everything), "accuracy_over": share(hits[True]),
-            "accuracy_within": share(hits[False]), "examples": len(everything)}
+    return _scores(hits)
 
 
 @torch.no_grad()
@@ -153,6 +150,11 @@ def stream_verdict_accuracy(model, tokenizer, examples) -> dict:
                 hits[over].append(bool(row[true_id] > row[other]))
     finally:
         model.train(was_training)
+    return _scores(hits)
+
+
+def _scores(hits: dict[bool, list[bool]]) -> dict:
+    """The share of verdicts ranked right: overall, on the asks above the budget (``hits[True]``) and within it."""
     everything = hits[True] + hits[False]
     share = lambda xs: sum(xs) / len(xs) if xs else math.nan  # noqa: E731
     return {"accuracy": share(everything), "accuracy_over": share(hits[True]),
