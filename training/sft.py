@@ -86,13 +86,12 @@ class SFTScriptArguments(GameArguments):
         "help": "--teach verdicts: this many comparison-drill examples (as --teach comparisons writes them, the loss "
                 "on the verdict word alone) mixed among the own games, whose tokens hold the reply's form; the curve "
                 "records the held-out verdict accuracy before and after"})
-    smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
-
     drill_games: int = field(default=0, metadata={
         "help": "--teach verdicts: this many expert games against the seller cycle (train products), the loss on "
                 "the verdict words of their Thoughts alone, mixed among the own games: the comparison drilled where "
                 "the buyer meets it, after the game's earlier asks and verdicts; the curve records the verdict "
                 "accuracy on held-out expert games (test products) before and after"})
+    smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
         if self.role not in ("buyer", "seller"):
@@ -187,9 +186,9 @@ def main(argv: list[str] | None = None):
                              "verdict in their Thoughts: nothing to teach (--teach verdicts)")
         print(f"the model's {script.games} games state {verdicts[0]} true and {verdicts[1]} false verdicts",
               file=sys.stderr)
-        if script.drill:
-            from datasets import concatenate_datasets  # noqa: PLC0415
+        from datasets import concatenate_datasets  # noqa: PLC0415
 
+        if script.drill:
             examples, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.drill, loss="verdict")
             examples = examples.map(lambda row: {"verdicts": [row["verdict_at"]], "verdict_over": [row["verdict_over"]]},
                                     remove_columns=["verdict_at"])
@@ -197,8 +196,6 @@ def main(argv: list[str] | None = None):
             print(f"{script.drill} drill examples mixed in; held-out verdict accuracy before: "
                   f"{drill['before']['accuracy']:.1%}", file=sys.stderr)
         if script.drill_games:
-            from datasets import concatenate_datasets  # noqa: PLC0415
-
             streams, held_streams, streams_record = _drill_games(model, game, script, tok)
             dataset = concatenate_datasets([dataset, streams.cast(dataset.features)])
             print(f"{script.drill_games} expert games' verdicts mixed in ({streams_record['train_verdicts']}); "
