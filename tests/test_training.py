@@ -644,6 +644,48 @@ def test_the_comparison_drill_states_each_verdict_of_its_prices_half_of_each_wor
     assert score == {"accuracy": 0.5, "accuracy_over": 1.0, "accuracy_within": 0.0, "examples": 80}
 
 
+def test_a_lying_history_turns_verdicts_to_the_other_word_and_out_of_the_loss(tiny):
+    """``--drill_flip``: in the expert's verdict streams each verdict turns to the wrong word with the given
+    probability (the stream re-tokenized, still the game's text) and leaves the loss; the verdicts kept are the true
+    words at their new positions. No turn leaves the stream as it was; a turn of every verdict leaves nothing."""
+    import random
+    import re
+
+    from training.engine.rollout import LLMAgent
+    from training.engine.backends import TransformersBackend
+    from training.games import game_for
+    from training.games.bargain.verdicts import flip_history
+
+    model, tok = tiny
+    game = game_for(sft.SFTScriptArguments(teach="verdicts"))
+    agent = LLMAgent(TransformersBackend(model, tok), "option_a")
+    plain, (over, within, none) = game.expert_verdict_games(agent, 12, seed=5)
+    assert none == 0 and over > 0 and within > 0
+    said = lambda ids: re.findall(r": (over|within) budget", tok.decode(ids))  # noqa: E731
+    turned_all = 0
+    for i, (ids, at, words) in enumerate(zip(plain["input_ids"], plain["verdicts"], plain["verdict_over"])):
+        assert said(ids) == ["over" if o else "within" for o in words]
+        assert flip_history(ids, at, words, tok, random.Random(i), 0.0) == (ids, at, words, 0)
+        new, kept, kept_over, n = flip_history(ids, at, words, tok, random.Random(i), 0.5)
+        before, after = said(ids), said(new)
+        assert len(after) == len(before) and sum(a != b for a, b in zip(after, before)) == n
+        assert len(kept) == len(at) - n and kept == sorted(kept)
+        assert [tok.decode(new[k: k + 3]).split()[0] for k in kept] == ["over" if o else "within" for o in kept_over]
+        assert sorted(kept_over) == sorted(o for o, a, b in zip(words, after, before) if a == b)
+        turned_all += flip_history(ids, at, words, tok, random.Random(i), 0.999999)[3] == len(at)
+    assert turned_all == len(plain)
+    lying, (l_over, l_within, flipped) = game.expert_verdict_games(agent, 12, seed=5, flip=0.5, flip_seed=3)
+    assert flipped > 0 and l_over + l_within + flipped == over + within
+    for ids, mask, at, words in zip(lying["input_ids"], lying["completion_mask"], lying["verdicts"],
+                                    lying["verdict_over"]):
+        assert [i for i, m in enumerate(mask) if m] == at
+        assert [tok.decode(ids[k: k + 3]).split()[0] for k in at] == ["over" if o else "within" for o in words]
+    with pytest.raises(ValueError, match="--drill_flip"):
+        sft.SFTScriptArguments(teach="verdicts", drill_games=4, drill_flip=1.0)
+    with pytest.raises(ValueError, match="--drill_games"):
+        sft.SFTScriptArguments(teach="verdicts", drill_flip=0.3)
+
+
 @pytest.mark.slow
 def test_sft_teach_comparisons_drills_the_verdict_and_records_its_held_out_accuracy(tmp_path):
     """``--teach comparisons`` end to end on the shipped tiny buyer: the curve records the held-out accuracy before

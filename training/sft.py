@@ -91,6 +91,10 @@ class SFTScriptArguments(GameArguments):
                 "the verdict words of their Thoughts alone, mixed among the own games: the comparison drilled where "
                 "the buyer meets it, after the game's earlier asks and verdicts; the curve records the verdict "
                 "accuracy on held-out expert games (test products) before and after"})
+    drill_flip: float = field(default=0.0, metadata={
+        "help": "--drill_games: each verdict of the expert games turns to the wrong word with this probability and "
+                "leaves the loss, so a later verdict cannot be copied from the earlier ones (a buyer's own history "
+                "may be wrong); the curve also records the held-out games' accuracy with their histories so turned"})
     smoke: bool = field(default=False, metadata={"help": "tiny run for tests: 16 games, 2 steps (flags still win)"})
 
     def __post_init__(self):
@@ -116,6 +120,10 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--drill and --drill_games must be 0 or more, got {self.drill} and {self.drill_games}")
         if self.drill_games and self.teach != "verdicts":
             raise ValueError("--drill_games mixes expert games' verdicts into --teach verdicts' own games")
+        if not 0 <= self.drill_flip < 1:
+            raise ValueError(f"--drill_flip is a probability below 1, got {self.drill_flip}")
+        if self.drill_flip and not self.drill_games:
+            raise ValueError("--drill_flip turns verdicts of --drill_games' expert games: give --drill_games")
         if self.verdict_weight != 1 and self.teach != "verdicts":
             raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
         if self.verdict_balance and self.verdict_weight == 1:
@@ -200,6 +208,9 @@ def main(argv: list[str] | None = None):
             dataset = concatenate_datasets([dataset, streams.cast(dataset.features)])
             print(f"{script.drill_games} expert games' verdicts mixed in ({streams_record['train_verdicts']}); "
                   f"held-out accuracy in games before: {streams_record['before']['accuracy']:.1%}", file=sys.stderr)
+            if script.drill_flip:
+                print(f"... with their histories turned: {streams_record['flipped_history']['before']['accuracy']:.1%}",
+                      file=sys.stderr)
     elif script.teach == "comparisons":
         verdicts = None
         dataset, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.games)
@@ -243,10 +254,15 @@ def main(argv: list[str] | None = None):
               f"{drill['after']['accuracy_over']:.1%}, within it {drill['after']['accuracy_within']:.1%})",
               file=sys.stderr)
     if streams_record:
-        streams_record["after"] = stream_verdict_accuracy(trainer.model, tok, held_streams)
+        streams_record["after"] = stream_verdict_accuracy(trainer.model, tok, held_streams["as played"])
         print(f"held-out verdict accuracy in expert games after: {streams_record['after']['accuracy']:.1%} (over "
               f"{streams_record['after']['accuracy_over']:.1%}, within {streams_record['after']['accuracy_within']:.1%})",
               file=sys.stderr)
+        if "flipped" in held_streams:
+            lying = streams_record["flipped_history"]
+            lying["after"] = stream_verdict_accuracy(trainer.model, tok, held_streams["flipped"])
+            print(f"... with their histories turned: {lying['before']['accuracy']:.1%} before, "
+                  f"{lying['after']['accuracy']:.1%} after", file=sys.stderr)
     tok.save_pretrained(final)
     save_adapter_base(final, base or script.model)
     write_lineage(final, resolve_model_path(script.model), "sft",
@@ -292,6 +308,7 @@ def _drill(model, game, script, tok, seed: int, n: int, loss: str = "thought"):
 
 DRILL_GAMES_HELD_OUT = 48  # held-out expert games (test products) the in-game verdict accuracy is measured on
 DRILL_GAMES_SEED = 1_000_000  # the expert drill games' seeds start here (the own games take seeds 0, 1, ...)
+DRILL_FLIP_HELD_SEED = 7  # draws which held-out verdicts turn (--drill_flip), the same for every run
 
 
 def _drill_games(model, game, script, tok):
@@ -300,14 +317,24 @@ def _drill_games(model, game, script, tok):
     from training.games.bargain.adapter import training_products  # noqa: PLC0415
 
     agent = LLMAgent(TransformersBackend(model, tok), script.modes[0])  # formats the expert's replies; samples nothing
-    train, (over, within) = game.expert_verdict_games(agent, script.drill_games, seed=DRILL_GAMES_SEED)
+    train, (over, within, flipped) = game.expert_verdict_games(agent, script.drill_games, seed=DRILL_GAMES_SEED,
+                                                               flip=script.drill_flip, flip_seed=DRILL_GAMES_SEED)
     held_products = training_products(script.scenarios, script.budget_factor, split="test")
-    held, (h_over, h_within) = game.expert_verdict_games(agent, DRILL_GAMES_HELD_OUT, products=held_products)
+    held, (h_over, h_within, _) = game.expert_verdict_games(agent, DRILL_GAMES_HELD_OUT, products=held_products)
     record = {"train_games": len(train), "train_verdicts": {"over": over, "within": within},
               "seeds": f"game i: train product i mod {len(game.train)}, seed {DRILL_GAMES_SEED} + i, seller i mod "
                        f"{len(script.seller_names)}; held out: test product i mod {len(held_products)}, seed i",
               "held_out_games": len(held), "held_out_verdicts": {"over": h_over, "within": h_within},
               "before": stream_verdict_accuracy(model, tok, held)}
+    held = {"as played": held}
+    if script.drill_flip:  # the same held-out games, their histories turned as the training streams' are
+        lying, (l_over, l_within, l_flipped) = game.expert_verdict_games(
+            agent, DRILL_GAMES_HELD_OUT, products=held_products, flip=script.drill_flip, flip_seed=DRILL_FLIP_HELD_SEED)
+        held["flipped"] = lying
+        record["train_verdicts"]["flipped"] = flipped
+        record["flipped_history"] = {"share": script.drill_flip, "held_out_games": len(lying), "held_out_verdicts": {
+            "over": l_over, "within": l_within, "flipped": l_flipped}, "before": stream_verdict_accuracy(model, tok,
+                                                                                                      lying)}
     return train, held, record
 
 

@@ -27,7 +27,7 @@ from env.bargain.sources import (
 from training.common.provenance import RECORD_KEYS, provenance, relative, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.bargain.config import BargainEvalArgs
-from training.games.bargain.verdicts import GAMES_A_BATCH, verdict_example
+from training.games.bargain.verdicts import GAMES_A_BATCH, flip_history, verdict_example
 from training.games.base import build_agent
 
 
@@ -113,14 +113,18 @@ class BargainGame:
                 "verdict_over": [e.over for e in examples]}
         return Dataset.from_dict(data), counts, reward
 
-    def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0):
+    def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0, flip: float = 0.0,
+                             flip_seed: int = 0):
         """The comparison drill in whole games: ``games`` of the expert buyer, written in ``agent``'s conversation
         format, against the seller cycle (game ``i``: product ``i mod len(products)``, seed ``seed + i``, seller
         ``i mod len(sellers)``; ``products``: the train split unless given), as streams whose loss falls on the
         verdict words of the buyer's Thoughts alone (``completion_mask`` 1 there, ``verdicts``/``verdict_over`` as
         ``verdict_games`` writes them). Each verdict is read with the game's history before it: the earlier asks and
-        the earlier Thoughts' verdicts, most of them "over" until an ask comes within the budget. Returns the
-        dataset and the ``(over, within)`` counts of its true words."""
+        the earlier Thoughts' verdicts, most of them "over" until an ask comes within the budget. ``flip``: each
+        verdict turns to the wrong word with this probability and leaves the loss (``flip_history``, drawn from
+        ``random.Random(flip_seed)``), so the history cannot be copied. Returns the dataset and the ``(over, within,
+        flipped)`` counts of its trained words and turned ones."""
+        import random  # noqa: PLC0415
         from datasets import Dataset  # noqa: PLC0415
 
         from training.engine.rollout import Teacher  # noqa: PLC0415
@@ -132,19 +136,24 @@ class BargainGame:
         records = play_episodes(episodes, Teacher("expert", agent), [names[i % len(names)] for i in range(games)],
                                 self.script.max_turns)
         data = {"input_ids": [], "completion_mask": [], "verdicts": [], "verdict_over": []}
+        rng, flipped = random.Random(flip_seed), 0
         for rec in records:
             ex = verdict_example(rec, agent.tokenizer)
-            if not ex.verdicts:  # a game the expert closed before any ask (nothing to drill)
+            ids, positions, over = ex.input_ids, ex.verdicts, ex.over
+            if flip and positions:
+                ids, positions, over, turned = flip_history(ids, positions, over, agent.tokenizer, rng, flip)
+                flipped += turned
+            if not positions:  # a game the expert closed before any ask, or all its verdicts turned: nothing to drill
                 continue
-            mask = [0] * len(ex.input_ids)
-            for at in ex.verdicts:
+            mask = [0] * len(ids)
+            for at in positions:
                 mask[at] = 1
-            data["input_ids"].append(ex.input_ids)
+            data["input_ids"].append(ids)
             data["completion_mask"].append(mask)
-            data["verdicts"].append(ex.verdicts)
-            data["verdict_over"].append(ex.over)
+            data["verdicts"].append(positions)
+            data["verdict_over"].append(over)
         words = [o for row in data["verdict_over"] for o in row]
-        return Dataset.from_dict(data), (sum(words), len(words) - sum(words))
+        return Dataset.from_dict(data), (sum(words), len(words) - sum(words), flipped)
 
     def expert_games(self, agents, games: int, role: str = "buyer"):
         """Expert games as token streams: ``input_ids`` and ``completion_mask`` (1 on the trained

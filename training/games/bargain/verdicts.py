@@ -66,3 +66,32 @@ def verdict_example(record, tokenizer) -> VerdictExample:
             over.append(want == "over")
             counts[not true] += 1
     return VerdictExample(ids, mask, positions, over, counts[0], counts[1])
+
+
+def flip_history(ids: list[int], positions: list[int], over: list[bool], tokenizer, rng, share: float):
+    """A verdict stream whose history lies: each verdict word at ``positions`` (``over``: whether it is "over") turns
+    to the other word with probability ``share`` (its whole word re-tokenized after the same leading space, so the
+    stream stays well formed) and leaves the loss; the others stay true and trained. A later verdict then cannot be
+    copied from the earlier ones, it has to be read off the ask and the budget, as in a buyer's own games, where an
+    earlier verdict may be wrong. Returns ``(ids, positions, over, flipped)``: the new stream, the positions and words
+    of the verdicts still trained, and how many were turned. A word whose tokens are not the stream's is left alone."""
+    from training.games.bargain.comparisons import WORDS  # noqa: PLC0415
+
+    out, kept, kept_over, flipped, last = [], [], [], 0, 0
+    for at, is_over in sorted(zip(positions, over)):
+        if at < last:  # a position inside a word already rewritten (not expected): skip it
+            continue
+        out.extend(ids[last:at])
+        piece = tokenizer.decode([ids[at]])
+        lead = piece[: len(piece) - len(piece.lstrip())]
+        word = tokenizer(lead + WORDS[0 if is_over else 1], add_special_tokens=False)["input_ids"]
+        if rng.random() < share and ids[at: at + len(word)] == word:
+            out.extend(tokenizer(lead + WORDS[1 if is_over else 0], add_special_tokens=False)["input_ids"])
+            last = at + len(word)
+            flipped += 1
+            continue
+        kept.append(len(out))
+        kept_over.append(is_over)
+        last = at
+    out.extend(ids[last:])
+    return out, kept, kept_over, flipped
