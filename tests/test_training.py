@@ -659,8 +659,8 @@ def test_a_lying_history_turns_verdicts_to_the_other_word_and_out_of_the_loss(ti
     model, tok = tiny
     game = game_for(sft.SFTScriptArguments(teach="verdicts"))
     agent = LLMAgent(TransformersBackend(model, tok), "option_a")
-    plain, (over, within, none) = game.expert_verdict_games(agent, 12, seed=5)
-    assert none == 0 and over > 0 and within > 0
+    plain, (over, within) = game.expert_verdict_games(agent, 12, seed=5)
+    assert over > 0 and within > 0
     said = lambda ids: re.findall(r": (over|within) budget", tok.decode(ids))  # noqa: E731
     turned_all = 0
     for i, (ids, at, words) in enumerate(zip(plain["input_ids"], plain["verdicts"], plain["verdict_over"])):
@@ -674,7 +674,7 @@ def test_a_lying_history_turns_verdicts_to_the_other_word_and_out_of_the_loss(ti
         assert sorted(kept_over) == sorted(o for o, a, b in zip(words, after, before) if a == b)
         turned_all += flip_history(ids, at, words, tok, random.Random(i), 0.999999)[3] == len(at)
     assert turned_all == len(plain)
-    lying, (l_over, l_within, flipped) = game.expert_verdict_games(agent, 12, seed=5, flip=0.5, flip_seed=3)
+    lying, (l_over, l_within, flipped) = game.flip_streams(plain, tok, 0.5, seed=3)
     assert flipped > 0 and l_over + l_within + flipped == over + within
     for ids, mask, at, words in zip(lying["input_ids"], lying["completion_mask"], lying["verdicts"],
                                     lying["verdict_over"]):

@@ -317,10 +317,11 @@ def _drill_games(model, game, script, tok):
     from training.games.bargain.adapter import training_products  # noqa: PLC0415
 
     agent = LLMAgent(TransformersBackend(model, tok), script.modes[0])  # formats the expert's replies; samples nothing
-    train, (over, within, flipped) = game.expert_verdict_games(agent, script.drill_games, seed=DRILL_GAMES_SEED,
-                                                               flip=script.drill_flip, flip_seed=DRILL_GAMES_SEED)
+    train, (over, within) = game.expert_verdict_games(agent, script.drill_games, seed=DRILL_GAMES_SEED)
+    if script.drill_flip:
+        train, (over, within, flipped) = game.flip_streams(train, tok, script.drill_flip, DRILL_GAMES_SEED)
     held_products = training_products(script.scenarios, script.budget_factor, split="test")
-    held, (h_over, h_within, _) = game.expert_verdict_games(agent, DRILL_GAMES_HELD_OUT, products=held_products)
+    held, (h_over, h_within) = game.expert_verdict_games(agent, DRILL_GAMES_HELD_OUT, products=held_products)
     record = {"train_games": len(train), "train_verdicts": {"over": over, "within": within},
               "seeds": f"game i: train product i mod {len(game.train)}, seed {DRILL_GAMES_SEED} + i, seller i mod "
                        f"{len(script.seller_names)}; held out: test product i mod {len(held_products)}, seed i",
@@ -328,8 +329,8 @@ def _drill_games(model, game, script, tok):
               "before": stream_verdict_accuracy(model, tok, held)}
     held = {"as played": held}
     if script.drill_flip:  # the same held-out games, their histories turned as the training streams' are
-        lying, (l_over, l_within, l_flipped) = game.expert_verdict_games(
-            agent, DRILL_GAMES_HELD_OUT, products=held_products, flip=script.drill_flip, flip_seed=DRILL_FLIP_HELD_SEED)
+        lying, (l_over, l_within, l_flipped) = game.flip_streams(held["as played"], tok, script.drill_flip,
+                                                                 DRILL_FLIP_HELD_SEED)
         held["flipped"] = lying
         record["train_verdicts"]["flipped"] = flipped
         record["flipped_history"] = {"share": script.drill_flip, "held_out_games": len(lying), "held_out_verdicts": {

@@ -113,18 +113,14 @@ class BargainGame:
                 "verdict_over": [e.over for e in examples]}
         return Dataset.from_dict(data), counts, reward
 
-    def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0, flip: float = 0.0,
-                             flip_seed: int = 0):
+    def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0):
         """The comparison drill in whole games: ``games`` of the expert buyer, written in ``agent``'s conversation
         format, against the seller cycle (game ``i``: product ``i mod len(products)``, seed ``seed + i``, seller
         ``i mod len(sellers)``; ``products``: the train split unless given), as streams whose loss falls on the
         verdict words of the buyer's Thoughts alone (``completion_mask`` 1 there, ``verdicts``/``verdict_over`` as
         ``verdict_games`` writes them). Each verdict is read with the game's history before it: the earlier asks and
-        the earlier Thoughts' verdicts, most of them "over" until an ask comes within the budget. ``flip``: each
-        verdict turns to the wrong word with this probability and leaves the loss (``flip_history``, drawn from
-        ``random.Random(flip_seed)``), so the history cannot be copied. Returns the dataset and the ``(over, within,
-        flipped)`` counts of its trained words and turned ones."""
-        import random  # noqa: PLC0415
+        the earlier Thoughts' verdicts, most of them "over" until an ask comes within the budget. Returns the
+        dataset and the ``(over, within)`` counts of its true words (``flip_streams`` makes their histories lie)."""
         from datasets import Dataset  # noqa: PLC0415
 
         from training.engine.rollout import Teacher  # noqa: PLC0415
@@ -136,22 +132,31 @@ class BargainGame:
         records = play_episodes(episodes, Teacher("expert", agent), [names[i % len(names)] for i in range(games)],
                                 self.script.max_turns)
         data = {"input_ids": [], "completion_mask": [], "verdicts": [], "verdict_over": []}
-        rng, flipped = random.Random(flip_seed), 0
         for rec in records:
             ex = verdict_example(rec, agent.tokenizer)
-            ids, positions, over = ex.input_ids, ex.verdicts, ex.over
-            if flip and positions:
-                ids, positions, over, turned = flip_history(ids, positions, over, agent.tokenizer, rng, flip)
-                flipped += turned
-            if not positions:  # a game the expert closed before any ask, or all its verdicts turned: nothing to drill
+            if not ex.verdicts:  # a game the expert closed before any ask (nothing to drill)
                 continue
-            mask = [0] * len(ids)
-            for at in positions:
-                mask[at] = 1
-            data["input_ids"].append(ids)
-            data["completion_mask"].append(mask)
-            data["verdicts"].append(positions)
-            data["verdict_over"].append(over)
+            _add_stream(data, ex.input_ids, ex.verdicts, ex.over)
+        words = [o for row in data["verdict_over"] for o in row]
+        return Dataset.from_dict(data), (sum(words), len(words) - sum(words))
+
+    @staticmethod
+    def flip_streams(streams, tokenizer, share: float, seed: int):
+        """``expert_verdict_games``' streams with histories that lie: each verdict turns to the wrong word with
+        probability ``share`` and leaves the loss (``flip_history``, drawn from ``random.Random(seed)`` in row
+        order), so a later verdict cannot be copied from the earlier ones; a stream left with no verdict is dropped.
+        Returns the dataset and the ``(over, within, flipped)`` counts of its trained words and turned ones."""
+        import random  # noqa: PLC0415
+
+        from datasets import Dataset  # noqa: PLC0415
+
+        data = {"input_ids": [], "completion_mask": [], "verdicts": [], "verdict_over": []}
+        rng, flipped = random.Random(seed), 0
+        for ids, positions, over in zip(streams["input_ids"], streams["verdicts"], streams["verdict_over"]):
+            ids, positions, over, turned = flip_history(ids, positions, over, tokenizer, rng, share)
+            flipped += turned
+            if positions:
+                _add_stream(data, ids, positions, over)
         words = [o for row in data["verdict_over"] for o in row]
         return Dataset.from_dict(data), (sum(words), len(words) - sum(words), flipped)
 
@@ -522,3 +527,14 @@ def headline_checks(rows: list[dict]) -> dict | None:
         "headline_format_errors_below_2pct": {"met": h["format_error_rate"] < 0.02, "value": h["format_error_rate"]},
         "headline_overshoot_below_2pct": {"met": h["overshoot_rate"] < 0.02, "value": h["overshoot_rate"]},
     }
+
+
+def _add_stream(data: dict, ids: list[int], positions: list[int], over: list[bool]) -> None:
+    """One verdict stream into ``data``: its tokens, the loss on its ``positions`` alone, and their words."""
+    mask = [0] * len(ids)
+    for at in positions:
+        mask[at] = 1
+    data["input_ids"].append(ids)
+    data["completion_mask"].append(mask)
+    data["verdicts"].append(positions)
+    data["verdict_over"].append(over)
