@@ -307,7 +307,8 @@ def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tm
     assert [p["step"] for p in saved["steps"]] == [1, 2]
     shutil.rmtree(out / "checkpoint-3")  # stopped after step 2's checkpoint
     shutil.rmtree(out / "final")
-    grpo.main([*argv, "--consistency_weight", "0.5"])  # a shaping weight changed on resume: the segments say so
+    # a shaping weight and the sampling temperature changed on resume: the segments say so
+    grpo.main([*argv, "--consistency_weight", "0.5", "--temperature", "0.4"])
     again = json.loads(curve.read_text())
     assert [p["step"] for p in again["points"]] == [1, 2, 3] and again["provenance"]["config"]["resumed"] is True
     keys = ("reward_mean", "deal_rate", "turns_mean", "wall_s")
@@ -317,6 +318,7 @@ def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tm
     assert again["provenance"]["wall_time_s"] == pytest.approx(sum(s["wall_time_s"] for s in segments), abs=0.01)
     assert [s["reward_weights"] for s in segments] == [
         {"episode_reward": 1.0}, {"episode_reward": 1.0, "false_thought_claims": 0.5}]
+    assert [s["temperature"] for s in segments] == [first["provenance"]["config"]["grpo"]["temperature"], 0.4]
     for seg in segments:  # --precision auto: each process measured this machine and trained in the faster
         measured = seg["precision_measured"]
         assert set(measured["flops"]) == {"float32", "bfloat16"} and all(v > 0 for v in measured["flops"].values())

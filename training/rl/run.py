@@ -493,9 +493,9 @@ RUN_RECORD = "rollout_steps.json"  # in each checkpoint: the curve's steps so fa
 class RunRecord(TrainerCallback):
     """Keeps a run's curve whole across resumes, which may be on other machines and days: every checkpoint
     holds the rollout stats of each step so far (each with its wall time) and the run's segments (one per
-    process that trained it: machine, commit, first and last step, wall time, reward weights); a resumed run reads them back
-    from the checkpoint it resumes. At every save the curve artifact is rewritten too (``complete: false``
-    until the run ends), so an unfinished run shows how far it got."""
+    process that trained it: machine, commit, first and last step, wall time, reward weights, sampling temperature);
+    a resumed run reads them back from the checkpoint it resumes. At every save the curve artifact is rewritten too
+    (``complete: false`` until the run ends), so an unfinished run shows how far it got."""
 
     def __init__(self, trainer, run: RLRun, resumed_from: Path | None):
         self.trainer, self.run, self.clock = trainer, run, time.perf_counter()
@@ -510,7 +510,7 @@ class RunRecord(TrainerCallback):
         self.segments.append({"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "commit": run.commit, "machine": machine(), "first_step": None, "last_step": None,
                               "wall_time_s": 0.0, "bf16": bool(run.cfg.bf16), "precision_measured": run.precision,
-                              "reward_weights": reward_weights(run)})
+                              "reward_weights": reward_weights(run), "temperature": run.cfg.temperature})
 
     def on_step_end(self, args, state, control, **kwargs):
         now, seg = time.perf_counter(), self.segments[-1]
