@@ -8,7 +8,8 @@ flat ones were replaced, so every run's reward is read on the same rows), over a
 the share of zero-variance groups as sampled and as trained, the deal rate, the buyer's Thought consistency (true
 claims over claims, pooled), episodes trained and played, and the median seconds a step and its rollout took.
 Runs compared this way should play the same rows in the same order (the same seed and dataset), as
-``training/recipes/smollm2/short_runs.sh`` does.
+``training/recipes/smollm2/short_runs.sh`` does. Branches resumed from one checkpoint carry its steps in their curves:
+``--from_step N`` compares only the steps from N on (the steps each branch played itself).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def table(runs: dict[str, list[dict]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("curves", nargs="+", help="name=path of a training curve (or a path: its file name names it)")
+    ap.add_argument("--from_step", "--from-step", type=int, default=1,
+                    help="only the steps from this one on (branches resumed from one checkpoint: their own steps)")
     a = ap.parse_args(argv)
     runs = {}
     for spec in a.curves:
@@ -91,6 +94,9 @@ def main(argv: list[str] | None = None) -> None:
             points = json.loads(path.read_text())["points"]
         except (OSError, ValueError, KeyError) as exc:
             raise SystemExit(f"cannot read a training curve at {path}: {exc}") from None
+        points = [p for p in points if p["step"] >= a.from_step]
+        if not points:
+            raise SystemExit(f"{path} has no step from {a.from_step} on")
         runs[name or path.name.removesuffix("_training_curve.json")] = points
     print(table(runs))
 
