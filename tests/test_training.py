@@ -1095,6 +1095,8 @@ def test_curves_compare_on_the_reward_as_sampled_and_pool_thought_claims(tmp_pat
     assert out[2].startswith("| x | 2 | 16 (32) | +0.200 |") and out[3].startswith("| plain |")
     compare.main([str(path), "--from_step", "2"])  # a branch's own steps: the resumed checkpoint's are left out
     assert capsys.readouterr().out.splitlines()[2].startswith("| x | 1 | 8 (16) | +0.300 |")
+    compare.main([str(path), "--to_step", "1"])  # a longer run read over a shorter one's steps
+    assert capsys.readouterr().out.splitlines()[2].startswith("| x | 1 | 8 (16) | +0.100 |")
     with pytest.raises(SystemExit, match="no step from 3 on"):
         compare.main([str(path), "--from_step", "3"])
     with pytest.raises(SystemExit, match="cannot read a training curve"):

@@ -9,7 +9,8 @@ the share of zero-variance groups as sampled and as trained, the deal rate, the 
 claims over claims, pooled), episodes trained and played, and the median seconds a step and its rollout took.
 Runs compared this way should play the same rows in the same order (the same seed and dataset), as
 ``training/recipes/smollm2/short_runs.sh`` does. Branches resumed from one checkpoint carry its steps in their curves:
-``--from_step N`` compares only the steps from N on (the steps each branch played itself).
+``--from_step N`` compares only the steps from N on (the steps each branch played itself); ``--to_step M``
+stops at step M (a longer run read beside a shorter one over the same steps).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("curves", nargs="+", help="name=path of a training curve (or a path: its file name names it)")
     ap.add_argument("--from_step", "--from-step", type=int, default=1,
                     help="only the steps from this one on (branches resumed from one checkpoint: their own steps)")
+    ap.add_argument("--to_step", "--to-step", type=int, default=0,
+                    help="only the steps up to this one (0: all; a longer run beside a shorter one, step for step)")
     a = ap.parse_args(argv)
     runs = {}
     for spec in a.curves:
@@ -94,9 +97,9 @@ def main(argv: list[str] | None = None) -> None:
             points = json.loads(path.read_text())["points"]
         except (OSError, ValueError, KeyError) as exc:
             raise SystemExit(f"cannot read a training curve at {path}: {exc}") from None
-        points = [p for p in points if p["step"] >= a.from_step]
+        points = [p for p in points if p["step"] >= a.from_step and (not a.to_step or p["step"] <= a.to_step)]
         if not points:
-            raise SystemExit(f"{path} has no step from {a.from_step} on")
+            raise SystemExit(f"{path} has no step from {a.from_step}" + (f" to {a.to_step}" if a.to_step else " on"))
         runs[name or path.name.removesuffix("_training_curve.json")] = points
     print(table(runs))
 
