@@ -9,8 +9,11 @@
 # (<name>.safetensors) and runs.tgz (curves, logs, episode logs, evaluations, adapter configs), refreshed every
 # 30 s so that a cut-off call still returns them.
 #   bash training/recipes/smollm2/lent_gpu2.sh OUT TRAIN_SECONDS DEADLINE_SECONDS
-# VARIANTS="t07:0.7 t04:0.4" (name:temperature), START, EXTRA (more grpo.py flags), EVAL_EXTRA (more evaluation
-# flags) and ROOT (the runs' folder) override the defaults; a CPU smoke test sets them small.
+# VARIANTS="t07:0.7 t04:0.4" (name:temperature), START, CONFIG (the recipe; grpo_gpu2.yaml), RESUME (a checkpoint
+# folder each variant resumes from, copied into its output folder: a CPU run continued on the GPU, with a fresh
+# optimizer when the checkpoint comes without one), EXTRA (more grpo.py flags), EVAL_EXTRA (more evaluation flags)
+# and ROOT (the runs' folder) override the defaults; a CPU smoke test sets them small. Back in OUT with RESUME: the
+# last checkpoint's trainer state and run record (in runs.tgz), so a CPU run can resume from what the GPU trained.
 set -uo pipefail
 OUT=${1:?output folder}; TRAIN_S=${2:-300}; DEADLINE_S=${3:-540}
 cd "$(dirname "$0")/../../.."
@@ -18,12 +21,13 @@ T0=$(date +%s)
 left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 [ -d .gpu/amazon ] && export HAGGLE_AMAZON_DATA=$PWD/.gpu/amazon
-START=${START:-.gpu/start}; VARIANTS=${VARIANTS:-"t07:0.7 t04:0.4"}; ROOT=${ROOT:-/tmp/gpu2}
+START=${START:-.gpu/start}; CONFIG=${CONFIG:-training/recipes/smollm2/grpo_gpu2.yaml}; VARIANTS=${VARIANTS:-"t07:0.7 t04:0.4"}; ROOT=${ROOT:-/tmp/gpu2}
 mkdir -p "$OUT" "$ROOT" /tmp/gpu2-adapters
 source training/recipes/smollm2/lent_gpu_prelude.sh
 pack() {
   (cd "$ROOT" && tar -czf "$OUT/runs.tgz.part" $(ls -d *.log */curve.json */episodes* */eval*.json */*cells*.jsonl \
-    */eval_transcripts.jsonl */final/adapter_config.json */final/lineage.json 2>/dev/null)) && mv "$OUT/runs.tgz.part" "$OUT/runs.tgz"
+    */eval_transcripts.jsonl */final/adapter_config.json */final/lineage.json */checkpoint-*/trainer_state.json \
+    */checkpoint-*/rollout_steps.json */checkpoint-*/scheduler.pt */checkpoint-*/rng_state.pth 2>/dev/null)) && mv "$OUT/runs.tgz.part" "$OUT/runs.tgz"
 }
 ( while sleep 30; do pack; done ) &
 packer=$!
@@ -31,7 +35,8 @@ quiet() { grep --line-buffered -v "Warning\|warnings.warn"; }
 pids=()
 for v in $VARIANTS; do
   name=${v%%:*}; temp=${v#*:}
-  python3 training/grpo.py --config training/recipes/smollm2/grpo_gpu2.yaml --model_name_or_path "$START" \
+  [ -n "${RESUME:-}" ] && mkdir -p "$ROOT/$name" && cp -r "$RESUME" "$ROOT/$name/"
+  python3 training/grpo.py --config "$CONFIG" --model_name_or_path "$START" \
     --temperature "$temp" --output_dir "$ROOT/$name" --curve "$ROOT/$name/curve.json" --episode_log "$ROOT/$name/episodes" \
     --time_budget_s "$TRAIN_S" ${EXTRA:-} 2>&1 | quiet > "$ROOT/$name.log" &
   pids+=($!)
