@@ -421,3 +421,24 @@ def test_continuous_episodes_equal_each_episode_alone_near_the_context_limit(mod
     for a, b in zip(one_by_one, together):
         assert a.transcript == b.transcript and a.completion_ids == b.completion_ids
         _check_masks(b, tok, agent)
+
+
+@pytest.mark.parametrize("handover", [1, 3])
+def test_teacher_hands_over_after_a_demonstrations_prefix(tiny, handover):
+    """Start states from demonstrations: the expert writes the first ``handover`` replies untrained (mask 0), move
+    for move as it plays the same seller alone, and the model plays on from there (its replies trained, mask 1)."""
+    agent = _agent(tiny, "option_a")
+    eps = _episodes(6, offset=3)
+    recs = play_episodes(eps, Teacher("expert", agent, handover=handover), "boulware")
+    handed = 0
+    for (sc, seed), rec in zip(eps, recs):
+        alone = play_episode(sc, make_player("buyer", "expert"), make_player("seller", "boulware"), seed).transcript()
+        buyer_turns = [t for t in rec.transcript["turns"] if t["role"] == "buyer"]
+        expert_turns = [t for t in alone["turns"] if t["role"] == "buyer"]
+        k = min(handover, len(expert_turns))
+        assert buyer_turns[:k] == expert_turns[:k]
+        assert [sum(t.mask) == 0 for t in rec.turns] == [i < handover for i in range(len(rec.turns))]
+        handed += len(rec.turns) > handover
+        if len(rec.turns) > handover:
+            _check_masks(rec, tiny[1], agent)
+    assert handed, "some game outlasted the prefix, so the model played"

@@ -931,11 +931,12 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
     from training import grpo
     out, curve, log = tmp_path / "grpo", tmp_path / "curve.json", tmp_path / "logs" / "run" / "episodes"
     grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(out), "--curve", str(curve),
-               "--spare_groups", "2", "--episode_log", str(log)])
+               "--spare_groups", "2", "--episode_log", str(log), "--expert_prefix", "0.5"])
     points = json.loads(curve.read_text())["points"]
     assert [p["step"] for p in points] == [1, 2]
     for p in points:
         assert p["episodes"] == 8 and p["episodes_played"] == 16
+        assert p["expert_prefix_share"] in (0, 0.25, 0.5, 0.75, 1)  # whole groups of 4 start late or none
         assert p["frac_reward_zero_std"] <= p["frac_reward_zero_std_sampled"]
         assert p["groups_replaced"] == round((p["frac_reward_zero_std_sampled"] - p["frac_reward_zero_std"]) * 2)
         assert -1 <= p["reward_mean_sampled"] <= 1
@@ -943,10 +944,41 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
             assert p["reward_mean_sampled"] == pytest.approx(p["reward_mean"])
     played = [json.loads(line) for line in log.with_name("episodes.rank0.jsonl").read_text().splitlines()]
     assert len(played) == 16 and all(e["row"] == e["episode"]["seed"] for e in played)
+    assert sum(p["expert_prefix_share"] * p["episodes"] for p in points) == sum(e["episode"]["handover"] > 0 for e in played)
+    assert any(e["episode"]["handover"] for e in played)
+    assert json.loads(curve.read_text())["segments"][-1]["expert_prefix"] == 0.5
     spares = {e["row"] for e in played if e["row"] >= 16}  # the dataset holds 2 steps x 8 rows
     assert spares <= set(range(16, 16 + 2 * 2)) and sum(p["groups_replaced"] for p in points) == len(spares)
     with pytest.raises(SystemExit):
         grpo.main(["--smoke", "--spare_groups", "-1"])
+
+
+def test_expert_prefix_rows_start_late_in_the_experts_own_game():
+    """--expert_prefix keeps every row's product and seed and starts a share of them (drawn from the seed) late in
+    the expert's game against the row's seller: the expert keeps at least its first reply and the policy plays at
+    most --expert_prefix_replies of the replies the expert made there."""
+    from env.bargain.play import play_episode
+    from env.bargain.players import make_player
+    from training.games import game_for
+    from training.rl.run import GRPOScriptArguments
+
+    sellers = "neutral,boulware,unyielding"
+    plain = game_for(GRPOScriptArguments(scenarios="builtin", sellers=sellers)).rows(200)
+    game = game_for(GRPOScriptArguments(scenarios="builtin", sellers=sellers, expert_prefix=0.5,
+                                        expert_prefix_replies=2))
+    rows = game.rows(200)
+    assert rows == game.rows(200) and not any(r.handover for r in plain)
+    assert [(r.product, r.seed) for r in rows] == [(r.product, r.seed) for r in plain]
+    late = [r for r in rows if r.handover]
+    assert 60 < len(late) < 140
+    for r in late:
+        env = play_episode(game.train[r.product], make_player("buyer", "expert"),
+                           make_player("seller", sellers.split(",")[r.seed % 3]), r.seed)
+        replies = sum(t["role"] == "buyer" for t in env.log)
+        assert max(1, replies - 2) <= r.handover <= replies - 1
+    assert {r.handover for r in late} >= {4, 5}
+    with pytest.raises(ValueError, match="expert_prefix"):
+        GRPOScriptArguments(expert_prefix=1.5)
 
 
 def test_with_signal_keeps_the_groups_that_differ_and_fills_the_micro_batches_with_the_shortest_flat_rows():

@@ -103,13 +103,21 @@ class Conversation:
     seen: int = 0
     kv: object = None  # the backend's prefix cache of ``ids`` (token backends that keep one)
     teacher: object | None = None  # a scripted player that writes this seat's replies (expert data)
+    # with a teacher: None, it writes every reply and they are trained on (supervised data); k, it writes the first k
+    # replies untrained (mask 0: a demonstration's prefix, the start state of an RL episode) and the model plays on
+    handover: int | None = None
 
-    def write(self, text: str) -> str:
-        """``text`` as this seat's reply, as if the model had generated it (mask 1)."""
+    def teacher_due(self) -> bool:
+        """Whether the next reply is the teacher's to write."""
+        replies = sum(m["role"] == "assistant" for m in self.messages)
+        return self.teacher is not None and (self.handover is None or replies < self.handover)
+
+    def write(self, text: str, trained: bool = True) -> str:
+        """``text`` as this seat's reply, as if the model had generated it (mask 1; mask 0 when not ``trained``)."""
         if not self.agent.chat_only:
             tok = self.agent.tokenizer
             ids = tok(text, add_special_tokens=False)["input_ids"] + [self.agent.eos_id]
-            self.add_reply(len(self.ids), ids, [0.0] * len(ids), [1] * len(ids), text)
+            self.add_reply(len(self.ids), ids, [0.0] * len(ids), [int(trained)] * len(ids), text)
         else:
             self.add_reply(0, [], [], [], text)
         return text
@@ -321,10 +329,12 @@ def _generate(backend, jobs: Sequence[ReplyJob]) -> list[Completion]:
 
 @dataclass
 class Teacher:
-    """A scripted player writing into a model's conversation format (for supervised data)."""
+    """A scripted player writing into a model's conversation format: supervised data, or (``handover``) the first
+    replies of an episode the model then plays on."""
 
     player: object  # the game's scripted player: a name, or a factory
     agent: LLMAgent
+    handover: int | None = None  # as ``Conversation.handover``
 
 
 @dataclass

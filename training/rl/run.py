@@ -77,6 +77,14 @@ class GRPOScriptArguments(GameArguments):
                 "episodes all scored the same (no group-relative signal): DAPO's dynamic sampling without a second "
                 "round of generation. Each process plays its own spares in the same batch as its groups; a "
                 "zero-variance group is replaced by the next spare that has variance (0 = none)"})
+    expert_prefix: float = field(default=0.0, metadata={
+        "help": "the bilateral game: the share of train rows that start late in the expert buyer's own game against the "
+                "row's seller (start states from demonstrations): the expert writes the first replies, not trained on, "
+                "and the policy plays its last --expert_prefix_replies, where the deals are closed or lost. Drawn from "
+                "each row's seed; the episode's reward is the whole game's (0 = every row a whole game)"})
+    expert_prefix_replies: int = field(default=2, metadata={
+        "help": "--expert_prefix: the policy takes over for this many of the expert's last buyer replies at most "
+                "(the handover drawn from the row's seed; one reply at least stays the expert's)"})
     time_budget_s: float = field(default=0.0, metadata={
         "help": "stop training at the end of the step after which another step would pass this many seconds since "
                 "the run began (a lease on a lent machine); the final policy is saved as usual and the curve records "
@@ -114,6 +122,12 @@ class GRPOScriptArguments(GameArguments):
                              f"{self.consistency_reward!r}")
         if self.spare_groups < 0:
             raise ValueError(f"--spare_groups must be 0 or more, got {self.spare_groups}")
+        if not 0 <= self.expert_prefix <= 1:  # also refuses NaN
+            raise ValueError(f"--expert_prefix must be a share from 0 to 1, got {self.expert_prefix}")
+        if self.expert_prefix_replies < 1:
+            raise ValueError(f"--expert_prefix_replies must be 1 or more, got {self.expert_prefix_replies}")
+        if self.expert_prefix and self.env != "bargain":
+            raise ValueError("--expert_prefix starts rows in the bilateral game's expert games (--env bargain)")
         if not self.refusal_weight >= 0:  # also refuses NaN
             raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
                              f"{self.refusal_weight}")
@@ -208,11 +222,14 @@ class EpisodeRollouts:
                     f.write(json.dumps({"step": step, "process": acc.process_index, "row": r,
                                         "episode": asdict(self._episode(r))}) + "\n")
         # the curve covers every process's episodes (gathered), grouped by dataset row wherever played
-        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics} for r, rec in zip(rows, records)]
+        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics,
+                 "prefixed": bool(getattr(self._episode(r), "handover", 0))} for r, rec in zip(rows, records)]
         everyone = gather_object(mine) if acc.num_processes > 1 else mine
         played = [SimpleNamespace(reward=e["reward"], metrics=e["metrics"]) for e in everyone]
         point = {**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
                  **self.game.step_stats(played), "processes": acc.num_processes,
+                 **({"expert_prefix_share": statistics.fmean(e["prefixed"] for e in everyone)}
+                    if self.script.expert_prefix else {}),
                  "rollout_s": round(time.perf_counter() - played_at, 3)}
         if isinstance(agent.backend, LlamaCppPolicy):
             point["export_s"] = round(played_at - synced, 3)  # the merge, hash, GGUF export and opening before the episodes
@@ -510,7 +527,10 @@ class RunRecord(TrainerCallback):
         self.segments.append({"started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "commit": run.commit, "machine": machine(), "first_step": None, "last_step": None,
                               "wall_time_s": 0.0, "bf16": bool(run.cfg.bf16), "precision_measured": run.precision,
-                              "reward_weights": reward_weights(run), "temperature": run.cfg.temperature})
+                              "reward_weights": reward_weights(run), "temperature": run.cfg.temperature,
+                              **({"expert_prefix": run.script.expert_prefix,
+                                  "expert_prefix_replies": run.script.expert_prefix_replies}
+                                 if getattr(run.script, "expert_prefix", 0) else {})})
 
     def on_step_end(self, args, state, control, **kwargs):
         now, seg = time.perf_counter(), self.segments[-1]

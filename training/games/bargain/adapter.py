@@ -4,6 +4,7 @@ mix, the expert buyer's games for SFT, per-step statistics, and the buyer x sell
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import sys
 import time
@@ -11,9 +12,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
+from env.bargain.play import play_episode
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row, thought_consistency
 from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
+from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import (
     PAPER_PRODUCTS,
     PAPER_TEST_PRODUCTS,
@@ -33,10 +36,12 @@ from training.games.base import build_agent
 
 @dataclass(frozen=True)
 class BargainEpisode:
-    """One training episode: train product ``product`` (an index into the train split), ``seed``."""
+    """One training episode: train product ``product`` (an index into the train split), ``seed``; ``handover``
+    k > 0: the expert buyer writes the first k replies (not trained on) and the policy plays on from there."""
 
     product: int
     seed: int
+    handover: int = 0
 
 
 class BargainGame:
@@ -66,20 +71,50 @@ class BargainGame:
 
     # ------------------------------------------------------------------ training
     def rows(self, n: int) -> list[BargainEpisode]:
-        """Row i plays train product ``i mod len(train)`` with seed i."""
-        return [BargainEpisode(i % len(self.train), i) for i in range(n)]
+        """Row i plays train product ``i mod len(train)`` with seed i; with ``--expert_prefix`` a share of the rows
+        start late in the expert's own game (``expert_handover``)."""
+        rows = [BargainEpisode(i % len(self.train), i) for i in range(n)]
+        share = getattr(self.script, "expert_prefix", 0.0)
+        return [replace(r, handover=self.expert_handover(r, share)) for r in rows] if share else rows
+
+    def expert_handover(self, row: BargainEpisode, share: float) -> int:
+        """Start states from demonstrations: with probability ``share`` (drawn from the row's seed) the row's game
+        begins as the expert buyer plays it against the row's seller, and the policy takes over for the last
+        ``--expert_prefix_replies`` buyer replies the expert made there (at least one reply stays the expert's),
+        so that its episode is the late decisions alone: whether to take an ask within the budget before the
+        rounds run out. Returns the number of replies the expert writes (0: the policy plays the whole game).
+        The scripted seller answers the same moves the same way, so the prefix played in training is this one."""
+        rng = random.Random(f"expert-prefix {row.seed}")
+        if rng.random() >= share:
+            return 0
+        names = self.script.seller_names
+        env = play_episode(self.train[row.product], make_player(BUYER, "expert"),
+                           make_player(SELLER, names[row.seed % len(names)]), row.seed, self.script.max_turns)
+        replies = sum(t["role"] == BUYER for t in env.log)
+        last = max(1, replies - self.script.expert_prefix_replies)
+        return rng.randint(last, replies - 1) if replies > 1 else 0
 
     def seed_rule(self, what: str = "rows") -> str:
-        return (f"{what[:-1]} i: train product i mod {len(self.train)}, seed i; seller persona seed mod "
+        rule = (f"{what[:-1]} i: train product i mod {len(self.train)}, seed i; seller persona seed mod "
                 f"{len(self.script.seller_names)}")
+        share = getattr(self.script, "expert_prefix", 0.0)
+        if share:
+            rule += (f"; with probability {share} (drawn from the seed) the expert buyer plays the first replies "
+                     f"and the policy the last {self.script.expert_prefix_replies} or fewer")
+        return rule
 
     def play(self, agent, episodes: list[BargainEpisode], opponent=None) -> list:
         """Whole episodes with ``agent`` as the buyer against the persona mix (or ``opponent``)."""
         from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
+        from training.engine.rollout import Teacher  # noqa: PLC0415
+
+        if opponent is not None and any(e.handover for e in episodes):
+            raise ValueError("--expert_prefix plays the expert's games against the scripted seller mix, not a model seller")
         names = self.script.seller_names
         sellers = [opponent or names[e.seed % len(names)] for e in episodes]
-        return play_episodes([(self.train[e.product], e.seed) for e in episodes], agent, sellers,
+        buyers = [Teacher("expert", agent, handover=e.handover) if e.handover else agent for e in episodes]
+        return play_episodes([(self.train[e.product], e.seed) for e in episodes], buyers, sellers,
                              self.script.max_turns)
 
     @staticmethod

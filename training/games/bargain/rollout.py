@@ -31,9 +31,10 @@ class BargainSeat(Conversation):
     """One model seat in one negotiation."""
 
     def teach(self, obs: Observation) -> str:
-        """Write the teacher's reply into the stream as if the model had generated it (mask 1). The
-        teacher reads the model's guarded view: a title it quotes cannot put control tokens there."""
-        return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)))
+        """Write the teacher's reply into the stream as if the model had generated it (mask 1; mask 0 in a
+        demonstration's prefix, ``handover``). The teacher reads the model's guarded view: a title it quotes
+        cannot put control tokens there."""
+        return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)), trained=self.handover is None)
 
     def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
         """Take in what happened since this seat last spoke (the opponent's public messages), with
@@ -62,7 +63,7 @@ def _seat(spec: PlayerSpec, role: str, scenario: Scenario, reasoning_mode: str =
         return BargainSeat(spec, role, scenario)
     if isinstance(spec, Teacher):  # the teacher writes in the format the model will be asked for
         teacher = _seat(spec.player, role, scenario, spec.agent.reasoning_mode)
-        return BargainSeat(spec.agent, role, scenario, teacher=teacher)
+        return BargainSeat(spec.agent, role, scenario, teacher=teacher, handover=spec.handover)
     player = make_player(role, spec, reasoning_mode) if isinstance(spec, str) else spec()
     if player.role != role:
         raise ValueError(f"a {player.role} cannot play the {role}")
@@ -100,7 +101,7 @@ def play_episodes(episodes: Sequence[tuple[Scenario, int]], buyer: PlayerSpec | 
         role = match.env.to_move
         seat, obs = seats[i][role], match.env.observe(role)
         seat.observe(obs, tuple(t["thought"] for t in match.env.log if t["role"] != seat.role))
-        return seat.teach(obs) if seat.teacher is not None else seat
+        return seat.teach(obs) if seat.teacher_due() else seat
 
     play_turns({s.agent for seat in seats for s in seat.values() if isinstance(s, Conversation)}, n, turn,
                lambda i, text: matches[i].step(text), on_done)
