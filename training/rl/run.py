@@ -128,6 +128,8 @@ class GRPOScriptArguments(GameArguments):
             raise ValueError(f"--expert_prefix_replies must be 1 or more, got {self.expert_prefix_replies}")
         if self.expert_prefix and self.env != "bargain":
             raise ValueError("--expert_prefix starts rows in the bilateral game's expert games (--env bargain)")
+        if self.expert_prefix and self.seller_model:
+            raise ValueError("--expert_prefix replays the expert's games against the scripted sellers, not --seller_model")
         if not self.refusal_weight >= 0:  # also refuses NaN
             raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
                              f"{self.refusal_weight}")

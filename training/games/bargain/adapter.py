@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
-from env.bargain.play import play_episode
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row, thought_consistency
+from env.bargain.play import play_episode
 from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
 from env.bargain.rules import BUYER, SELLER
@@ -104,10 +104,10 @@ class BargainGame:
         return rule
 
     def play(self, agent, episodes: list[BargainEpisode], opponent=None) -> list:
-        """Whole episodes with ``agent`` as the buyer against the persona mix (or ``opponent``)."""
-        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
-
+        """Whole episodes with ``agent`` as the buyer against the persona mix (or ``opponent``); a row with a
+        ``handover`` has the expert write its first replies."""
         from training.engine.rollout import Teacher  # noqa: PLC0415
+        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
         if opponent is not None and any(e.handover for e in episodes):
             raise ValueError("--expert_prefix plays the expert's games against the scripted seller mix, not a model seller")
