@@ -423,12 +423,11 @@ def test_continuous_episodes_equal_each_episode_alone_near_the_context_limit(mod
         _check_masks(b, tok, agent)
 
 
-@pytest.mark.parametrize("handover", [1, 3])
-def test_teacher_hands_over_after_a_demonstrations_prefix(tiny, handover):
+def test_teacher_hands_over_after_a_demonstrations_prefix(tiny, handover=3):
     """Start states from demonstrations: the expert writes the first ``handover`` replies untrained (mask 0), move
     for move as it plays the same seller alone, and the model plays on from there (its replies trained, mask 1)."""
     agent = _agent(tiny, "option_a")
-    eps = _episodes(6, offset=3)
+    eps = _episodes(4, offset=3)
     recs = play_episodes(eps, Teacher("expert", agent, handover=handover), "boulware")
     handed = 0
     for (sc, seed), rec in zip(eps, recs):
