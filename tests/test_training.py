@@ -946,7 +946,7 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
     assert len(played) == 16 and all(e["row"] == e["episode"]["seed"] for e in played)
     assert sum(p["expert_prefix_share"] * p["episodes"] for p in points) == sum(e["episode"]["handover"] > 0 for e in played)
     assert any(e["episode"]["handover"] for e in played)
-    assert json.loads(curve.read_text())["segments"][-1]["expert_prefix"] == 0.5
+    assert json.loads(curve.read_text())["provenance"]["segments"][-1]["expert_prefix"] == 0.5
     spares = {e["row"] for e in played if e["row"] >= 16}  # the dataset holds 2 steps x 8 rows
     assert spares <= set(range(16, 16 + 2 * 2)) and sum(p["groups_replaced"] for p in points) == len(spares)
     with pytest.raises(SystemExit):
