@@ -981,6 +981,71 @@ def test_expert_prefix_rows_start_late_in_the_experts_own_game():
         GRPOScriptArguments(expert_prefix=1.5)
 
 
+def test_greedy_prefix_groups_replay_the_policys_own_greedy_game_and_sample_its_last_replies():
+    """--greedy_prefix: each distinct row is played once greedily by the policy; its group replays that game's first
+    replies untrained (mask 0), move for move, and samples the last --greedy_prefix_replies or fewer (trained); the
+    backend samples again after the greedy games, and the greedy games are kept for the curve."""
+    from dataclasses import replace
+
+    from training.engine.backends import SamplingConfig, TransformersBackend, greedy_decoding
+    from training.engine.models import load_model
+    from training.engine.rollout import LLMAgent
+    from training.games import game_for
+    from training.rl.run import GRPOScriptArguments
+
+    sellers = "neutral,boulware,conceder"
+    game = game_for(GRPOScriptArguments(scenarios="builtin", sellers=sellers, greedy_prefix=1.0,
+                                        greedy_prefix_replies=2))
+    rows = game.rows(40)
+    assert all(r.greedy_prefix for r in rows) and not any(r.handover for r in rows)
+    half = [r.greedy_prefix for r in game_for(GRPOScriptArguments(scenarios="builtin", greedy_prefix=0.5)).rows(200)]
+    assert 60 < sum(half) < 140
+    model, tok = load_model("artifacts/checkpoints/grpo-tiny", device="cpu", dtype="float32")
+    agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=1.0, seed=3)), "option_a")
+    groups = [rows[i] for i in (0, 1, 2) for _ in range(3)]
+    records = game.play(agent, groups)
+    kept = game.last_greedy
+    assert agent.backend.sampling.temperature == 1.0 and len(kept) == 3
+    with greedy_decoding(agent.backend):
+        assert agent.backend.sampling.temperature == 0
+        alone = game.play(agent, [replace(r, greedy_prefix=False) for r in rows[:3]])
+    started_late = 0
+    for i, rec in enumerate(records):
+        greedy = [t for t in alone[i // 3].transcript["turns"] if t["role"] == "buyer"]
+        assert kept[i // 3].transcript == alone[i // 3].transcript
+        k = rec.handover
+        assert max(0, len(greedy) - 2) <= k <= len(greedy) - 1
+        assert [t for t in rec.transcript["turns"] if t["role"] == "buyer"][:k] == greedy[:k]
+        assert [sum(t.mask) == 0 for t in rec.turns] == [j < k for j in range(len(rec.turns))]
+        started_late += k > 0
+    assert started_late, "some greedy game had more than one reply, so a group started late"
+    assert len({r.handover for r in records[:3]}) == 1  # one handover a group
+    with pytest.raises(ValueError, match="greedy_prefix"):
+        GRPOScriptArguments(greedy_prefix=1.5)
+    with pytest.raises(ValueError, match="greedy_prefix"):
+        GRPOScriptArguments(greedy_prefix=0.5, expert_prefix=0.5)
+    with pytest.raises(ValueError, match="greedy_prefix"):
+        game.play(agent, rows[:1], opponent=object())
+
+
+@pytest.mark.slow
+def test_grpo_with_greedy_prefix_logs_the_greedy_games_and_the_late_share(tiny_dir, tmp_path):
+    """A GRPO run with --greedy_prefix plays each step's rows greedily first: the curve logs how many greedy games,
+    their reward and deal rate, and the share of trained episodes that started late; the episode log each handover."""
+    from training import grpo
+    curve, log = tmp_path / "curve.json", tmp_path / "episodes"
+    grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(tmp_path / "grpo"), "--curve",
+               str(curve), "--episode_log", str(log), "--greedy_prefix", "1"])
+    run = json.loads(curve.read_text())
+    for p in run["points"]:
+        assert p["greedy_games"] == 2 and -1 <= p["greedy_reward_mean"] <= 1 and 0 <= p["greedy_deal_rate"] <= 1
+        assert 0 <= p["greedy_prefix_share"] <= 1
+    played = [json.loads(line) for line in log.with_name("episodes.rank0.jsonl").read_text().splitlines()]
+    assert all(e["episode"]["greedy_prefix"] and e["handover"] >= 0 for e in played)
+    assert sum(p["greedy_prefix_share"] * p["episodes"] for p in run["points"]) == sum(e["handover"] > 0 for e in played)
+    assert run["provenance"]["segments"][-1]["greedy_prefix"] == 1 and "greedy game" in run["provenance"]["seeds"]["rows"]
+
+
 def test_with_signal_keeps_the_groups_that_differ_and_fills_the_micro_batches_with_the_shortest_flat_rows():
     import torch
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 from training.engine.batching import Completion, ContinuousBatcher, Request
@@ -44,6 +45,22 @@ class SamplingConfig:
             raise ValueError("need temperature >= 0, 0 < top_p <= 1, top_k >= 0")
         if self.max_new_tokens < 1 or self.think_tokens < 1:
             raise ValueError("max_new_tokens and think_tokens must be at least 1")
+
+
+@contextmanager
+def greedy_decoding(backend):
+    """Inside the block ``backend`` decodes greedily (temperature 0), its sampling restored after; a backend that
+    generates through an inner engine (``engine``, as the RL trainer's llama.cpp policy) has that engine's
+    sampling switched too."""
+    held = [b for b in (backend, getattr(backend, "engine", None)) if b is not None and hasattr(b, "sampling")]
+    saved = [b.sampling for b in held]
+    try:
+        for b in held:
+            b.sampling = replace(b.sampling, temperature=0.0)
+        yield backend
+    finally:
+        for b, s in zip(held, saved):
+            b.sampling = s
 
 
 class PrefixCache(NamedTuple):

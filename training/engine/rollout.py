@@ -353,6 +353,7 @@ class EpisodeRecord:
     logprobs: list[float]
     turns: list[Turn]
     messages: list[dict]
+    handover: int = 0  # replies a teacher wrote before the model played on (a late start; 0: the model's whole game)
 
 
 def token_fields(conv) -> dict:

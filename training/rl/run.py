@@ -82,6 +82,14 @@ class GRPOScriptArguments(GameArguments):
                 "row's seller (start states from demonstrations): the expert writes the first replies, not trained on, "
                 "and the policy plays its last --expert_prefix_replies, where the deals are closed or lost. Drawn from "
                 "each row's seed; the episode's reward is the whole game's (0 = every row a whole game)"})
+    greedy_prefix: float = field(default=0.0, metadata={
+        "help": "bargain: the share of rows (drawn from each row's seed) that start late in the policy's own game: at "
+                "each step the current policy plays the row once greedily (as it is evaluated), and the row's group "
+                "replays that game's first replies (not trained on) and samples its last --greedy_prefix_replies, "
+                "where the deals are closed or lost. The curve logs the share and the greedy games' reward"})
+    greedy_prefix_replies: int = field(default=2, metadata={
+        "help": "--greedy_prefix: the group samples this many of the greedy game's last buyer replies at most (the "
+                "handover drawn from the row's seed)"})
     expert_prefix_replies: int = field(default=2, metadata={
         "help": "--expert_prefix: the policy takes over for this many of the expert's last buyer replies at most "
                 "(the handover drawn from the row's seed; one reply at least stays the expert's)"})
@@ -130,6 +138,15 @@ class GRPOScriptArguments(GameArguments):
             raise ValueError("--expert_prefix starts rows in the bilateral game's expert games (--env bargain)")
         if self.expert_prefix and self.seller_model:
             raise ValueError("--expert_prefix replays the expert's games against the scripted sellers, not --seller_model")
+        if not 0 <= self.greedy_prefix <= 1:
+            raise ValueError(f"--greedy_prefix must be a share from 0 to 1, got {self.greedy_prefix}")
+        if self.greedy_prefix_replies < 1:
+            raise ValueError(f"--greedy_prefix_replies must be 1 or more, got {self.greedy_prefix_replies}")
+        if self.greedy_prefix and self.env != "bargain":
+            raise ValueError("--greedy_prefix starts rows late in the policy's bilateral games (--env bargain)")
+        if self.greedy_prefix and (self.seller_model or self.expert_prefix):
+            raise ValueError("--greedy_prefix replays the policy's games against the scripted sellers: not with "
+                             "--seller_model or --expert_prefix")
         if not self.refusal_weight >= 0:  # also refuses NaN
             raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
                              f"{self.refusal_weight}")
@@ -220,19 +237,25 @@ class EpisodeRollouts:
         step = trainer.state.global_step + 1
         if self.script.episode_log:
             with open(f"{self.script.episode_log}.rank{acc.process_index}.jsonl", "a") as f:
-                for r in rows:
+                for r, rec in zip(rows, records):
                     f.write(json.dumps({"step": step, "process": acc.process_index, "row": r,
-                                        "episode": asdict(self._episode(r))}) + "\n")
+                                        "episode": asdict(self._episode(r)), "handover": rec.handover}) + "\n")
         # the curve covers every process's episodes (gathered), grouped by dataset row wherever played
-        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics,
-                 "prefixed": bool(getattr(self._episode(r), "handover", 0))} for r, rec in zip(rows, records)]
+        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics, "prefixed": rec.handover > 0}
+                for r, rec in zip(rows, records)]
         everyone = gather_object(mine) if acc.num_processes > 1 else mine
         played = [SimpleNamespace(reward=e["reward"], metrics=e["metrics"]) for e in everyone]
+        prefix = "expert_prefix" if self.script.expert_prefix else "greedy_prefix" if self.script.greedy_prefix else ""
         point = {**reward_stats(played, self.cfg.num_generations, step, keys=[e["row"] for e in everyone]),
                  **self.game.step_stats(played), "processes": acc.num_processes,
-                 **({"expert_prefix_share": statistics.fmean(e["prefixed"] for e in everyone)}
-                    if self.script.expert_prefix else {}),
+                 **({f"{prefix}_share": statistics.fmean(e["prefixed"] for e in everyone)} if prefix else {}),
                  "rollout_s": round(time.perf_counter() - played_at, 3)}
+        if self.script.greedy_prefix:  # the policy's greedy games this step (train rows: a diagnostic, not an evaluation)
+            greedy = [(g.reward, g.metrics["deal"]) for g in getattr(self.game, "last_greedy", [])]
+            greedy = gather_object(greedy) if acc.num_processes > 1 else greedy
+            if greedy:
+                point.update({"greedy_games": len(greedy), "greedy_reward_mean": statistics.fmean(g[0] for g in greedy),
+                              "greedy_deal_rate": statistics.fmean(g[1] for g in greedy)})
         if isinstance(agent.backend, LlamaCppPolicy):
             point["export_s"] = round(played_at - synced, 3)  # the merge, hash, GGUF export and opening before the episodes
             # episodes whose stream filled the engine's sequence: their last reply was cut (transformers would have
@@ -532,7 +555,10 @@ class RunRecord(TrainerCallback):
                               "reward_weights": reward_weights(run), "temperature": run.cfg.temperature,
                               **({"expert_prefix": run.script.expert_prefix,
                                   "expert_prefix_replies": run.script.expert_prefix_replies}
-                                 if getattr(run.script, "expert_prefix", 0) else {})})
+                                 if getattr(run.script, "expert_prefix", 0) else {}),
+                              **({"greedy_prefix": run.script.greedy_prefix,
+                                  "greedy_prefix_replies": run.script.greedy_prefix_replies}
+                                 if getattr(run.script, "greedy_prefix", 0) else {})})
 
     def on_step_end(self, args, state, control, **kwargs):
         now, seg = time.perf_counter(), self.segments[-1]

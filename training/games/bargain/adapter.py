@@ -9,6 +9,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
@@ -37,11 +38,32 @@ from training.games.base import build_agent
 @dataclass(frozen=True)
 class BargainEpisode:
     """One training episode: train product ``product`` (an index into the train split), ``seed``; ``handover``
-    k > 0: the expert buyer writes the first k replies (not trained on) and the policy plays on from there."""
+    k > 0: the expert buyer writes the first k replies (not trained on) and the policy plays on from there;
+    ``greedy_prefix``: the policy's own greedy game of the row writes the first replies (the handover is drawn when
+    the row is played, from that game's length)."""
 
     product: int
     seed: int
     handover: int = 0
+    greedy_prefix: bool = False
+
+
+class ReplayBuyer:
+    """A buyer that writes recorded replies in order (a game's prefix replayed as a teacher)."""
+
+    name, role = "replay", BUYER
+
+    def __init__(self, replies: tuple[str, ...]):
+        self.replies, self.next = replies, 0
+
+    def reset(self, obs, rng) -> None:
+        self.next = 0
+
+    def act(self, obs) -> str:
+        if self.next >= len(self.replies):
+            raise RuntimeError(f"the recorded game has {len(self.replies)} buyer replies; reply {self.next + 1} was asked")
+        self.next += 1
+        return self.replies[self.next - 1]
 
 
 class BargainGame:
@@ -75,7 +97,12 @@ class BargainGame:
         start late in the expert's own game (``expert_handover``)."""
         rows = [BargainEpisode(i % len(self.train), i) for i in range(n)]
         share = getattr(self.script, "expert_prefix", 0.0)
-        return [replace(r, handover=self.expert_handover(r, share)) for r in rows] if share else rows
+        if share:
+            rows = [replace(r, handover=self.expert_handover(r, share)) for r in rows]
+        greedy = getattr(self.script, "greedy_prefix", 0.0)
+        if greedy:  # drawn from the seed alone: the same rows start late whatever the policy
+            rows = [replace(r, greedy_prefix=random.Random(f"greedy-prefix {r.seed}").random() < greedy) for r in rows]
+        return rows
 
     def expert_handover(self, row: BargainEpisode, share: float) -> int:
         """Start states from demonstrations: with probability ``share`` (drawn from the row's seed) the row's game
@@ -101,21 +128,68 @@ class BargainGame:
         if share:
             rule += (f"; with probability {share} (drawn from the seed) the expert buyer plays the first replies "
                      f"and the policy the last {self.script.expert_prefix_replies} or fewer")
+        greedy = getattr(self.script, "greedy_prefix", 0.0)
+        if greedy:
+            rule += (f"; with probability {greedy} (drawn from the seed) the policy's own greedy game of the row, played "
+                     f"at the step, writes the first replies and the group samples the last "
+                     f"{self.script.greedy_prefix_replies} or fewer (the handover drawn from the seed)")
         return rule
 
     def play(self, agent, episodes: list[BargainEpisode], opponent=None) -> list:
         """Whole episodes with ``agent`` as the buyer against the persona mix (or ``opponent``); a row with a
-        ``handover`` has the expert write its first replies."""
+        ``handover`` has the expert write its first replies, a ``greedy_prefix`` row the policy's own greedy game
+        (``greedy_handovers``). Each record's ``handover`` is the number of replies written for the policy."""
         from training.engine.rollout import Teacher  # noqa: PLC0415
         from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
 
-        if opponent is not None and any(e.handover for e in episodes):
-            raise ValueError("--expert_prefix plays the expert's games against the scripted seller mix, not a model seller")
+        if opponent is not None and any(e.handover or e.greedy_prefix for e in episodes):
+            raise ValueError("--expert_prefix and --greedy_prefix replay games against the scripted seller mix, "
+                             "not a model seller")
         names = self.script.seller_names
         sellers = [opponent or names[e.seed % len(names)] for e in episodes]
-        buyers = [Teacher("expert", agent, handover=e.handover) if e.handover else agent for e in episodes]
-        return play_episodes([(self.train[e.product], e.seed) for e in episodes], buyers, sellers,
-                             self.script.max_turns)
+        greedy = self.greedy_handovers(agent, [e for e in episodes if e.greedy_prefix])
+        buyers, handovers = [], []
+        for e in episodes:
+            replies, k = greedy.get((e.product, e.seed), ((), e.handover))
+            handovers.append(k)
+            if not k:
+                buyers.append(agent)
+            elif e.greedy_prefix:
+                buyers.append(Teacher(partial(ReplayBuyer, replies), agent, handover=k))
+            else:
+                buyers.append(Teacher("expert", agent, handover=k))
+        records = play_episodes([(self.train[e.product], e.seed) for e in episodes], buyers, sellers,
+                                self.script.max_turns)
+        for rec, k in zip(records, handovers):
+            rec.handover = k
+        return records
+
+    def greedy_handovers(self, agent, episodes: list[BargainEpisode]) -> dict:
+        """Start states from the policy's own games: each distinct row of ``episodes`` is played once with
+        ``agent`` decoding greedily (the replies it would be judged by), and its group then replays the first
+        replies of that game (not trained on) and samples the rest: the last ``--greedy_prefix_replies`` or fewer of
+        its replies (the handover drawn from the row's seed; 0 is the whole game). The
+        scripted seller answers the same replies the same way, so every episode of the group starts in the state
+        the greedy game reached. Returns ``(product, seed) -> (replies, handover)``; the greedy games' outcomes are
+        kept in ``last_greedy`` for the step's statistics."""
+        from training.engine.backends import greedy_decoding  # noqa: PLC0415
+        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
+
+        self.last_greedy = []
+        rows = list(dict.fromkeys((e.product, e.seed) for e in episodes))
+        if not rows:
+            return {}
+        names = self.script.seller_names
+        with greedy_decoding(agent.backend):
+            played = play_episodes([(self.train[p], s) for p, s in rows], agent,
+                                   [names[s % len(names)] for _, s in rows], self.script.max_turns)
+        out = {}
+        for (p, s), rec in zip(rows, played):
+            replies = tuple(m["content"] for m in rec.messages if m["role"] == "assistant")
+            last = max(0, len(replies) - self.script.greedy_prefix_replies)
+            out[(p, s)] = (replies, random.Random(f"greedy-handover {s}").randint(last, max(last, len(replies) - 1)))
+        self.last_greedy = played
+        return out
 
     @staticmethod
     def step_stats(records) -> dict:
