@@ -1020,6 +1020,23 @@ def test_greedy_prefix_groups_replay_the_policys_own_greedy_game_and_sample_its_
         started_late += k > 0
     assert started_late, "some greedy game had more than one reply, so a group started late"
     assert len({r.handover for r in records[:3]}) == 1  # one handover a group
+    assert not any(r.guided for r in records)
+    # --greedy_prefix_guide 1: the first episode of each group has the expert play on from the greedy game's state,
+    # its replies trained on (mask 1), the prefix replayed untrained; the other episodes are the policy's as above
+    guided_game = game_for(GRPOScriptArguments(scenarios="builtin", sellers=sellers, greedy_prefix=1.0,
+                                               greedy_prefix_replies=2, greedy_prefix_guide=1))
+    again = guided_game.play(agent, groups)
+    assert [r.guided for r in again] == [True, False, False] * 3
+    for i, rec in enumerate(again):
+        k, greedy = rec.handover, alone[i // 3]
+        assert k == records[i].handover
+        buyer = [t for t in rec.transcript["turns"] if t["role"] == "buyer"]
+        assert buyer[:k] == [t for t in greedy.transcript["turns"] if t["role"] == "buyer"][:k]
+        assert [sum(t.mask) == 0 for t in rec.turns] == [j < k for j in range(len(rec.turns))]
+        if rec.guided:  # the expert wrote every reply after the prefix: none unreadable, no deal over the budget
+            assert not rec.metrics["overshoot"] and not rec.metrics["format_errors"] and len(buyer) > k
+    with pytest.raises(ValueError, match="greedy_prefix_guide"):
+        GRPOScriptArguments(greedy_prefix_guide=1)
     with pytest.raises(ValueError, match="greedy_prefix"):
         GRPOScriptArguments(greedy_prefix=1.5)
     with pytest.raises(ValueError, match="greedy_prefix"):
@@ -1031,18 +1048,21 @@ def test_greedy_prefix_groups_replay_the_policys_own_greedy_game_and_sample_its_
 @pytest.mark.slow
 def test_grpo_with_greedy_prefix_logs_the_greedy_games_and_the_late_share(tiny_dir, tmp_path):
     """A GRPO run with --greedy_prefix plays each step's rows greedily first: the curve logs how many greedy games,
-    their reward and deal rate, and the share of trained episodes that started late; the episode log each handover."""
+    their reward and deal rate, and the share of trained episodes that started late; the episode log each handover.
+    With --greedy_prefix_guide the curve logs the guided share and the policy's own episodes' reward."""
     from training import grpo
     curve, log = tmp_path / "curve.json", tmp_path / "episodes"
     grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(tmp_path / "grpo"), "--curve",
-               str(curve), "--episode_log", str(log), "--greedy_prefix", "1"])
+               str(curve), "--episode_log", str(log), "--greedy_prefix", "1", "--greedy_prefix_guide", "1"])
     run = json.loads(curve.read_text())
     for p in run["points"]:
         assert p["greedy_games"] == 2 and -1 <= p["greedy_reward_mean"] <= 1 and 0 <= p["greedy_deal_rate"] <= 1
         assert 0 <= p["greedy_prefix_share"] <= 1
+        assert p["guided_share"] == 0.25 and -1 <= p["reward_mean_policy"] <= 1  # one guided episode a group of 4
     played = [json.loads(line) for line in log.with_name("episodes.rank0.jsonl").read_text().splitlines()]
     assert all(e["episode"]["greedy_prefix"] and e["handover"] >= 0 for e in played)
     assert sum(p["greedy_prefix_share"] * p["episodes"] for p in run["points"]) == sum(e["handover"] > 0 for e in played)
+    assert run["provenance"]["segments"][-1]["greedy_prefix_guide"] == 1
     assert run["provenance"]["segments"][-1]["greedy_prefix"] == 1 and "greedy game" in run["provenance"]["seeds"]["rows"]
 
 

@@ -106,6 +106,9 @@ class Conversation:
     # with a teacher: None, it writes every reply and they are trained on (supervised data); k, it writes the first k
     # replies untrained (mask 0: a demonstration's prefix, the start state of an RL episode) and the model plays on
     handover: int | None = None
+    # with a teacher writing every reply (handover None): its first ``untrained`` replies are mask 0 (a replayed prefix)
+    # and the rest mask 1 (off-policy guidance from the state the prefix reached)
+    untrained: int = 0
 
     def teacher_due(self) -> bool:
         """Whether the next reply is the teacher's to write."""
@@ -335,6 +338,7 @@ class Teacher:
     player: object  # the game's scripted player: a name, or a factory
     agent: LLMAgent
     handover: int | None = None  # as ``Conversation.handover``
+    untrained: int = 0  # as ``Conversation.untrained``
 
 
 @dataclass
@@ -354,6 +358,7 @@ class EpisodeRecord:
     turns: list[Turn]
     messages: list[dict]
     handover: int = 0  # replies a teacher wrote before the model played on (a late start; 0: the model's whole game)
+    guided: bool = False  # a scripted player wrote the trained replies (off-policy guidance), not the model
 
 
 def token_fields(conv) -> dict:

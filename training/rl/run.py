@@ -90,6 +90,11 @@ class GRPOScriptArguments(GameArguments):
     greedy_prefix_replies: int = field(default=2, metadata={
         "help": "--greedy_prefix: the group samples this many of the greedy game's last buyer replies at most (the "
                 "handover drawn from the row's seed)"})
+    greedy_prefix_guide: int = field(default=0, metadata={
+        "help": "--greedy_prefix: in each late-start group this many episodes have the expert buyer play on from the "
+                "greedy game's state, its replies trained on (off-policy guidance in the group, as LUFFY mixes "
+                "demonstrations into GRPO groups): where every sample of the policy loses, the expert's move gets the "
+                "advantage. The curve logs the guided share and the policy's own episodes' reward apart"})
     expert_prefix_replies: int = field(default=2, metadata={
         "help": "--expert_prefix: the policy takes over for this many of the expert's last buyer replies at most "
                 "(the handover drawn from the row's seed; one reply at least stays the expert's)"})
@@ -144,6 +149,9 @@ class GRPOScriptArguments(GameArguments):
             raise ValueError(f"--greedy_prefix_replies must be 1 or more, got {self.greedy_prefix_replies}")
         if self.greedy_prefix and self.env != "bargain":
             raise ValueError("--greedy_prefix starts rows late in the policy's bilateral games (--env bargain)")
+        if self.greedy_prefix_guide < 0 or (self.greedy_prefix_guide and not self.greedy_prefix):
+            raise ValueError(f"--greedy_prefix_guide must be 0 or more and needs --greedy_prefix, got "
+                             f"{self.greedy_prefix_guide}")
         if self.greedy_prefix and (self.seller_model or self.expert_prefix):
             raise ValueError("--greedy_prefix replays the policy's games against the scripted sellers: not with "
                              "--seller_model or --expert_prefix")
@@ -241,8 +249,8 @@ class EpisodeRollouts:
                     f.write(json.dumps({"step": step, "process": acc.process_index, "row": r,
                                         "episode": asdict(self._episode(r)), "handover": rec.handover}) + "\n")
         # the curve covers every process's episodes (gathered), grouped by dataset row wherever played
-        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics, "prefixed": rec.handover > 0}
-                for r, rec in zip(rows, records)]
+        mine = [{"row": r, "reward": rec.reward, "metrics": rec.metrics, "prefixed": rec.handover > 0,
+                 "guided": rec.guided} for r, rec in zip(rows, records)]
         everyone = gather_object(mine) if acc.num_processes > 1 else mine
         played = [SimpleNamespace(reward=e["reward"], metrics=e["metrics"]) for e in everyone]
         prefix = "expert_prefix" if self.script.expert_prefix else "greedy_prefix" if self.script.greedy_prefix else ""
@@ -250,6 +258,10 @@ class EpisodeRollouts:
                  **self.game.step_stats(played), "processes": acc.num_processes,
                  **({f"{prefix}_share": statistics.fmean(e["prefixed"] for e in everyone)} if prefix else {}),
                  "rollout_s": round(time.perf_counter() - played_at, 3)}
+        if self.script.greedy_prefix_guide:  # the expert's guided episodes apart from the policy's own
+            own = [e["reward"] for e in everyone if not e["guided"]]
+            point.update({"guided_share": statistics.fmean(e["guided"] for e in everyone),
+                          "reward_mean_policy": statistics.fmean(own) if own else None})
         if self.script.greedy_prefix:  # the policy's greedy games this step (train rows: a diagnostic, not an evaluation)
             greedy = [(g.reward, g.metrics["deal"]) for g in getattr(self.game, "last_greedy", [])]
             greedy = gather_object(greedy) if acc.num_processes > 1 else greedy
@@ -557,7 +569,8 @@ class RunRecord(TrainerCallback):
                                   "expert_prefix_replies": run.script.expert_prefix_replies}
                                  if getattr(run.script, "expert_prefix", 0) else {}),
                               **({"greedy_prefix": run.script.greedy_prefix,
-                                  "greedy_prefix_replies": run.script.greedy_prefix_replies}
+                                  "greedy_prefix_replies": run.script.greedy_prefix_replies,
+                                  "greedy_prefix_guide": run.script.greedy_prefix_guide}
                                  if getattr(run.script, "greedy_prefix", 0) else {})})
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -66,6 +66,23 @@ class ReplayBuyer:
         return self.replies[self.next - 1]
 
 
+class GuidedReplay(ReplayBuyer):
+    """Recorded replies, then the expert buyer's from the state they reached (off-policy guidance in a group)."""
+
+    name = "replay+expert"
+
+    def __init__(self, replies: tuple[str, ...], reasoning_mode: str = "option_a"):
+        super().__init__(replies)
+        self.expert = make_player(BUYER, "expert", reasoning_mode)
+
+    def reset(self, obs, rng) -> None:
+        super().reset(obs, rng)
+        self.expert.reset(obs, rng)
+
+    def act(self, obs) -> str:
+        return super().act(obs) if self.next < len(self.replies) else self.expert.act(obs)
+
+
 class BargainGame:
     """The buyer is trained; the seller is a persona of the mix (``seed mod len(sellers)``) or a
     frozen model."""
@@ -133,6 +150,9 @@ class BargainGame:
             rule += (f"; with probability {greedy} (drawn from the seed) the policy's own greedy game of the row, played "
                      f"at the step, writes the first replies and the group samples the last "
                      f"{self.script.greedy_prefix_replies} or fewer (the handover drawn from the seed)")
+            if getattr(self.script, "greedy_prefix_guide", 0):
+                rule += (f"; in each such group {self.script.greedy_prefix_guide} episode(s) have the expert buyer play "
+                         f"on from there instead, trained on")
         return rule
 
     def play(self, agent, episodes: list[BargainEpisode], opponent=None) -> list:
@@ -148,11 +168,17 @@ class BargainGame:
         names = self.script.seller_names
         sellers = [opponent or names[e.seed % len(names)] for e in episodes]
         greedy = self.greedy_handovers(agent, [e for e in episodes if e.greedy_prefix])
-        buyers, handovers = [], []
+        guides, seen = getattr(self.script, "greedy_prefix_guide", 0), {}
+        buyers, handovers, guided = [], [], []
         for e in episodes:
             replies, k = greedy.get((e.product, e.seed), ((), e.handover))
+            seen[e] = seen.get(e, 0) + 1
+            guide = e.greedy_prefix and seen[e] <= guides  # the first of the row's copies: the expert plays on
             handovers.append(k)
-            if not k:
+            guided.append(guide)
+            if guide:
+                buyers.append(Teacher(partial(GuidedReplay, replies[:k], agent.reasoning_mode), agent, untrained=k))
+            elif not k:
                 buyers.append(agent)
             elif e.greedy_prefix:
                 buyers.append(Teacher(partial(ReplayBuyer, replies), agent, handover=k))
@@ -160,8 +186,8 @@ class BargainGame:
                 buyers.append(Teacher("expert", agent, handover=k))
         records = play_episodes([(self.train[e.product], e.seed) for e in episodes], buyers, sellers,
                                 self.script.max_turns)
-        for rec, k in zip(records, handovers):
-            rec.handover = k
+        for rec, k, g in zip(records, handovers, guided):
+            rec.handover, rec.guided = k, g
         return records
 
     def greedy_handovers(self, agent, episodes: list[BargainEpisode]) -> dict:

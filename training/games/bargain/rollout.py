@@ -32,9 +32,11 @@ class BargainSeat(Conversation):
 
     def teach(self, obs: Observation) -> str:
         """Write the teacher's reply into the stream as if the model had generated it (mask 1; mask 0 in a
-        demonstration's prefix, ``handover``). The teacher reads the model's guarded view: a title it quotes
+        demonstration's prefix, ``handover``, or a replayed one, ``untrained``). The teacher reads the model's guarded view: a title it quotes
         cannot put control tokens there."""
-        return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)), trained=self.handover is None)
+        replies = sum(m["role"] == "assistant" for m in self.messages)
+        return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)),
+                          trained=self.handover is None and replies >= self.untrained)
 
     def observe(self, obs: Observation, opponent_thoughts: tuple[str, ...] = ()) -> None:
         """Take in what happened since this seat last spoke (the opponent's public messages), with
@@ -63,7 +65,7 @@ def _seat(spec: PlayerSpec, role: str, scenario: Scenario, reasoning_mode: str =
         return BargainSeat(spec, role, scenario)
     if isinstance(spec, Teacher):  # the teacher writes in the format the model will be asked for
         teacher = _seat(spec.player, role, scenario, spec.agent.reasoning_mode)
-        return BargainSeat(spec.agent, role, scenario, teacher=teacher, handover=spec.handover)
+        return BargainSeat(spec.agent, role, scenario, teacher=teacher, handover=spec.handover, untrained=spec.untrained)
     player = make_player(role, spec, reasoning_mode) if isinstance(spec, str) else spec()
     if player.role != role:
         raise ValueError(f"a {player.role} cannot play the {role}")
