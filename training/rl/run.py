@@ -82,6 +82,9 @@ class GRPOScriptArguments(GameArguments):
                 "row's seller (start states from demonstrations): the expert writes the first replies, not trained on, "
                 "and the policy plays its last --expert_prefix_replies, where the deals are closed or lost. Drawn from "
                 "each row's seed; the episode's reward is the whole game's (0 = every row a whole game)"})
+    expert_prefix_replies: int = field(default=2, metadata={
+        "help": "--expert_prefix: the policy takes over for this many of the expert's last buyer replies at most "
+                "(the handover drawn from the row's seed; one reply at least stays the expert's)"})
     greedy_prefix: float = field(default=0.0, metadata={
         "help": "bargain: the share of rows (drawn from each row's seed) that start late in the policy's own game: at "
                 "each step the current policy plays the row once greedily (as it is evaluated), and the row's group "
@@ -95,9 +98,6 @@ class GRPOScriptArguments(GameArguments):
                 "greedy game's state, its replies trained on (off-policy guidance in the group, as LUFFY mixes "
                 "demonstrations into GRPO groups): where every sample of the policy loses, the expert's move gets the "
                 "advantage. The curve logs the guided share and the policy's own episodes' reward apart"})
-    expert_prefix_replies: int = field(default=2, metadata={
-        "help": "--expert_prefix: the policy takes over for this many of the expert's last buyer replies at most "
-                "(the handover drawn from the row's seed; one reply at least stays the expert's)"})
     time_budget_s: float = field(default=0.0, metadata={
         "help": "stop training at the end of the step after which another step would pass this many seconds since "
                 "the run began (a lease on a lent machine); the final policy is saved as usual and the curve records "
