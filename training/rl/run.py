@@ -135,26 +135,21 @@ class GRPOScriptArguments(GameArguments):
                              f"{self.consistency_reward!r}")
         if self.spare_groups < 0:
             raise ValueError(f"--spare_groups must be 0 or more, got {self.spare_groups}")
-        if not 0 <= self.expert_prefix <= 1:  # also refuses NaN
-            raise ValueError(f"--expert_prefix must be a share from 0 to 1, got {self.expert_prefix}")
-        if self.expert_prefix_replies < 1:
-            raise ValueError(f"--expert_prefix_replies must be 1 or more, got {self.expert_prefix_replies}")
-        if self.expert_prefix and self.env != "bargain":
-            raise ValueError("--expert_prefix starts rows in the bilateral game's expert games (--env bargain)")
-        if self.expert_prefix and self.seller_model:
-            raise ValueError("--expert_prefix replays the expert's games against the scripted sellers, not --seller_model")
-        if not 0 <= self.greedy_prefix <= 1:
-            raise ValueError(f"--greedy_prefix must be a share from 0 to 1, got {self.greedy_prefix}")
-        if self.greedy_prefix_replies < 1:
-            raise ValueError(f"--greedy_prefix_replies must be 1 or more, got {self.greedy_prefix_replies}")
-        if self.greedy_prefix and self.env != "bargain":
-            raise ValueError("--greedy_prefix starts rows late in the policy's bilateral games (--env bargain)")
+        for prefix in ("expert_prefix", "greedy_prefix"):  # late starts: a share of rows, a number of replies
+            share, replies = getattr(self, prefix), getattr(self, f"{prefix}_replies")
+            if not 0 <= share <= 1:  # also refuses NaN
+                raise ValueError(f"--{prefix} must be a share from 0 to 1, got {share}")
+            if replies < 1:
+                raise ValueError(f"--{prefix}_replies must be 1 or more, got {replies}")
+            if share and self.env != "bargain":
+                raise ValueError(f"--{prefix} starts rows late in the bilateral game's buyer games (--env bargain)")
+            if share and self.seller_model:
+                raise ValueError(f"--{prefix} replays buyer games against the scripted sellers, not --seller_model")
         if self.greedy_prefix_guide < 0 or (self.greedy_prefix_guide and not self.greedy_prefix):
             raise ValueError(f"--greedy_prefix_guide must be 0 or more and needs --greedy_prefix, got "
                              f"{self.greedy_prefix_guide}")
-        if self.greedy_prefix and (self.seller_model or self.expert_prefix):
-            raise ValueError("--greedy_prefix replays the policy's games against the scripted sellers: not with "
-                             "--seller_model or --expert_prefix")
+        if self.greedy_prefix and self.expert_prefix:
+            raise ValueError("--greedy_prefix and --expert_prefix each choose how a row starts late: one at a time")
         if not self.refusal_weight >= 0:  # also refuses NaN
             raise ValueError(f"--refusal_weight must be 0 or more (a penalty per refused action), got "
                              f"{self.refusal_weight}")

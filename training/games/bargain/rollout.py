@@ -32,8 +32,8 @@ class BargainSeat(Conversation):
 
     def teach(self, obs: Observation) -> str:
         """Write the teacher's reply into the stream as if the model had generated it (mask 1; mask 0 in a
-        demonstration's prefix, ``handover``, or a replayed one, ``untrained``). The teacher reads the model's guarded view: a title it quotes
-        cannot put control tokens there."""
+        demonstration's prefix, ``handover``, or a replayed one, ``untrained``). The teacher reads the model's guarded
+        view: a title it quotes cannot put control tokens there."""
         replies = sum(m["role"] == "assistant" for m in self.messages)
         return self.write(self.teacher.act(guard_observation(obs, self.agent.guard)),
                           trained=self.handover is None and replies >= self.untrained)
