@@ -584,6 +584,76 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
         sft.SFTScriptArguments(teach="nonsense")
 
 
+def test_dagger_labels_each_state_of_the_policys_own_games_with_the_experts_reply_there():
+    """``--teach dagger``'s data: the policy's own games (greedy here), and for each of its replies k one example whose
+    context is that game's stream before reply k (the policy's own moves and the seller's answers, untrained) and whose
+    loss falls on one reply, the expert buyer's in that state: it names the ask the policy's game stands at, never
+    takes an ask over the budget, takes one within it at the last round; the record counts what it labelled."""
+    from collections import Counter
+
+    from env.bargain.consistency import standing_prices
+    from env.bargain.protocol import format_price
+    from training.engine.backends import SamplingConfig, TransformersBackend
+    from training.engine.models import load_model
+    from training.engine.rollout import LLMAgent
+    from training.games import game_for
+    from training.games.bargain.adapter import _move_kind
+
+    model, tok = load_model("artifacts/checkpoints/grpo-tiny", device="cpu", dtype="float32")
+    agent = LLMAgent(TransformersBackend(model, tok, SamplingConfig(temperature=0.0)), "option_a")
+    game = game_for(sft.SFTScriptArguments(teach="dagger", temperature=0, sellers="neutral,conceder,boulware"))
+    data, record = game.dagger_games(agent, 6, chunk=4)
+    rows = game.rows(6)
+    own = game.play(agent, rows[:4]) + game.play(agent, rows[4:])  # greedy, batched alike: the same games again
+    states = [(i, k) for i, rec in enumerate(own) for k in range(len(rec.turns))]
+    assert record["own_games"] == 6 and record["states"] == len(data) == len(states) > 6, "games of several replies"
+    kinds, differ = Counter(), 0
+    for (i, k), ids, mask in zip(states, data["input_ids"], data["completion_mask"]):
+        context = mask.index(1)
+        assert ids[:context] == own[i].turns[k].prompt_ids, "the state is the policy's own game before reply k"
+        assert all(mask[context:]) and ids[-1] == agent.eos_id, "one reply, trained to its end"
+        reply = tok.decode(ids[context:], skip_special_tokens=True)
+        kind = _move_kind(reply)
+        kinds[kind] += 1
+        differ += reply.strip() != own[i].turns[k].text.strip()
+        turns, scenario = own[i].transcript["turns"], own[i].transcript["scenario"]
+        at, ask, _ = standing_prices(turns)[k]
+        if ask is None:
+            assert kind == "BUY", "the expert opens with an offer"
+            continue
+        assert f"Ask {format_price(ask)} vs budget {format_price(scenario['budget'])}" in reply
+        if ask > scenario["budget"]:
+            assert kind == "BUY", "the expert never takes an ask over its budget"
+        elif turns[at]["turn"] == own[i].transcript["max_turns"]:
+            assert kind == "DEAL", "the expert takes an ask within its budget at the last round"
+    assert record["expert_moves"] == dict(sorted(kinds.items())) and 0 <= record["own_move_agrees"] <= 1
+    assert differ, "the labels are the expert's replies, not the policy's own"
+    assert -1 <= record["own_reward_mean"] <= 1 and 0 <= record["own_deal_rate"] <= 1
+    with pytest.raises(ValueError, match="--temperature"):
+        sft.SFTScriptArguments(teach="verdicts", temperature=0)  # verdicts' games are sampled; dagger's may be greedy
+    with pytest.raises(ValueError, match="--teach dagger"):
+        sft.SFTScriptArguments(teach="dagger", role="seller")
+
+
+@pytest.mark.slow
+def test_sft_teach_dagger_trains_the_shipped_tiny_buyer_on_the_experts_replies_in_its_own_games(tmp_path):
+    """``--teach dagger`` end to end (llama.cpp plays the own games greedily): the curve records the labelled states,
+    the seeds' rule and the own games' reward, and the model it saves has trained."""
+    from safetensors.torch import load_file
+
+    start = ROOT / "artifacts/checkpoints/grpo-tiny"
+    _, final = sft.main(["--smoke", "--model", str(start), "--teach", "dagger", "--games", "4", "--temperature", "0",
+                         "--output_dir", str(tmp_path / "d"), "--curve", str(tmp_path / "d.json")])
+    curve = json.loads((tmp_path / "d.json").read_text())
+    dagger = curve["dagger"]
+    assert dagger["own_games"] == 4 and dagger["states"] >= 4 and sum(dagger["expert_moves"].values()) == dagger["states"]
+    assert "expert_reward_mean" not in curve and "own_games" not in curve
+    assert curve["provenance"]["config"]["script"]["teach"] == "dagger" and curve["points"]
+    assert "train product" in curve["provenance"]["seeds"]["games"]
+    before, after = load_file(start / "model.safetensors"), load_file(final / "model.safetensors")
+    assert any(not (after[k] == before[k]).all() for k in after if k in before)
+
+
 def test_the_comparison_drill_states_each_verdict_of_its_prices_half_of_each_word(tiny):
     """``--teach comparisons``' examples: the budget as the buyer's prompt states it, the seller's ask as the
     environment renders it, then the buyer's Thought through its verdict, whose word is the truth of the two prices

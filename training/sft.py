@@ -21,6 +21,12 @@ chat format, the loss on the Thought (``training/games/bargain/comparisons.py``)
 such examples, the loss on the verdict word, among the own games. The curve records the verdict accuracy on held-out
 examples (test products' budgets, other asks) before and after.
 
+``--teach dagger`` is DAgger (Ross, Gordon and Bagnell, 2011): the model plays ``--games`` of its own (greedy at
+``--temperature 0``, the states the evaluation meets), and at each state its buyer reached there the expert buyer writes
+the reply, which alone carries the loss (``BargainGame.dagger_games``). Behaviour cloning shows the expert's moves in
+the expert's own games only; a student whose play drifts from them (one that never accepts an ask) meets states the
+expert's games never reach. The curve records how often the model's own move there was of the expert's kind.
+
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -74,8 +81,10 @@ class SFTScriptArguments(GameArguments):
                 "mix (sampled at --temperature, on llama.cpp where it runs) and learns them with each false "
                 "ask/offer-vs-budget verdict word of its Thoughts replaced by the true one (bilateral buyer); "
                 "comparisons: a drill of --games ask-versus-budget verdicts alone, half of each word, the loss on "
-                "the Thought (bilateral buyer)"})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature of --teach verdicts' games"})
+                "the Thought (bilateral buyer); dagger: the model plays --games of its own and learns the expert "
+                "buyer's reply at each state it reached there (DAgger; bilateral buyer)"})
+    temperature: float = field(default=0.7, metadata={
+        "help": "sampling temperature of --teach verdicts' and dagger's own games (dagger: 0 plays them greedily)"})
     verdict_weight: float = field(default=1.0, metadata={
         "help": "--teach verdicts: each labelled verdict token's loss counts this many times (1: every own token "
                 "alike; the verdict words are about one token in sixty)"})
@@ -107,10 +116,10 @@ class SFTScriptArguments(GameArguments):
         if self.lora not in ("auto", "yes", "no"):
             raise ValueError(f"--lora must be auto, yes or no, got {self.lora!r}")
         check_precision(self.precision)
-        if self.teach not in ("expert", "verdicts", "comparisons"):
-            raise ValueError(f"--teach must be expert, verdicts or comparisons, got {self.teach!r}")
+        if self.teach not in ("expert", "verdicts", "comparisons", "dagger"):
+            raise ValueError(f"--teach must be expert, verdicts, comparisons or dagger, got {self.teach!r}")
         if self.teach != "expert" and (self.env != "bargain" or self.role != "buyer"):
-            raise ValueError(f"--teach {self.teach} teaches a buyer's Thoughts: the bilateral game's buyer only")
+            raise ValueError(f"--teach {self.teach} teaches the bilateral game's buyer only")
         if not self.verdict_weight >= 1:
             raise ValueError(f"--verdict_weight must be at least 1, got {self.verdict_weight}")
         if self.drill and self.teach != "verdicts":
@@ -128,8 +137,9 @@ class SFTScriptArguments(GameArguments):
             raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
         if self.verdict_balance and self.verdict_weight == 1:
             raise ValueError("--verdict_balance weighs the verdict words: give --verdict_weight above 1")
-        if not self.temperature > 0:
-            raise ValueError(f"--temperature must be above 0 (the games are sampled), got {self.temperature}")
+        if not (self.temperature >= 0 if self.teach == "dagger" else self.temperature > 0):
+            raise ValueError(f"--temperature must be above 0 (the games are sampled; --teach dagger also takes 0, "
+                             f"greedy), got {self.temperature}")
         self.modes = [m.strip() for m in self.reasoning_mode.split(",") if m.strip()]
         if not self.modes or any(m not in REASONING_MODES for m in self.modes) or len(set(self.modes)) < len(self.modes):
             raise ValueError(f"--reasoning_mode takes one or more of {REASONING_MODES}, comma separated, "
@@ -180,15 +190,10 @@ def main(argv: list[str] | None = None):
     model, tok = load_model(script.model, device="cpu" if cfg.use_cpu else None, dtype="float32",
                             trainable=base is not None)
     measured = set_training_precision(script.precision, cfg, model.config.hidden_size)
-    drill = streams_record = None  # the comparison drills' records, when trained
+    drill = streams_record = dagger = None  # the comparison drills' and DAgger's records, when trained
     if script.teach == "verdicts":
-        sampler = _sampler(model, tok, script, cfg.seed, cfg.max_length)
-        try:
-            dataset, verdicts, reward = game.verdict_games(LLMAgent(sampler, script.modes[0]), script.games)
-        finally:
-            if isinstance(sampler, LlamaCppBackend):  # llama.cpp's context, and its export (never read again)
-                sampler.close()
-                shutil.rmtree(sampler.path.parent, ignore_errors=True)
+        with _own_games(model, tok, script, cfg.seed, cfg.max_length) as agent:
+            dataset, verdicts, reward = game.verdict_games(agent, script.games)
         if not sum(verdicts):
             raise SystemExit(f"error: the model's {script.games} games state no checkable ask/offer-vs-budget "
                              "verdict in their Thoughts: nothing to teach (--teach verdicts)")
@@ -216,17 +221,28 @@ def main(argv: list[str] | None = None):
         dataset, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.games)
         dataset = dataset.select_columns(["input_ids", "completion_mask"])
         print(f"held-out verdict accuracy before the drill: {drill['before']['accuracy']:.1%}", file=sys.stderr)
+    elif script.teach == "dagger":
+        verdicts = None
+        with _own_games(model, tok, script, cfg.seed, cfg.max_length) as agent:
+            dataset, dagger = game.dagger_games(agent, script.games)
+        if not len(dataset):
+            raise SystemExit(f"error: the model's {script.games} games reached no state to label (--teach dagger)")
+        reward = dagger["own_reward_mean"]
+        print(f"the model's {script.games} games: {dagger['states']} states labelled with the expert's reply "
+              f"(its moves {dagger['expert_moves']}); the model's own move there was of the same kind in "
+              f"{dagger['own_move_agrees']:.1%}", file=sys.stderr)
     else:
         verdicts = None
         agents = [LLMAgent(TransformersBackend(model, tok), mode) for mode in script.modes]
         dataset, rewards = game.expert_games(agents, script.games, role=script.role)
         reward = sum(rewards) / len(rewards)
-    kind = "own" if verdicts else "drill" if script.teach == "comparisons" else "expert"
+    kind = "own" if verdicts else {"comparisons": "drill", "dagger": "dagger"}.get(script.teach, "expert")
     longest = max(len(x) for x in dataset["input_ids"])
     if cfg.max_length and longest > cfg.max_length:
         print(f"note: {kind} games run to {longest} tokens; --max_length {cfg.max_length} truncates the longer "
               f"ones (their later moves carry no loss)", file=sys.stderr)
-    what = "examples" if kind == "drill" else f"games (mean {script.role} reward {reward:+.3f})"
+    what = ("examples" if kind == "drill" else f"states of the model's own games (their mean buyer reward {reward:+.3f})"
+            if dagger else f"games (mean {script.role} reward {reward:+.3f})")
     mixed = script.drill + len(streams) if streams_record else script.drill
     count = (f"{len(dataset) - mixed} {kind} {what}" + (f", {script.drill} drill examples" if script.drill else "")
              + (f", {len(streams)} expert games' verdicts" if streams_record else ""))
@@ -275,12 +291,13 @@ def main(argv: list[str] | None = None):
                   "precision_measured": measured,
                   "world_size": trainer.accelerator.num_processes}
         extra = ({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0], "verdicts_false": verdicts[1]}}
-                 if verdicts else {} if script.teach == "comparisons" else {"expert_reward_mean": reward})
+                 if verdicts else {"dagger": dagger} if dagger else {} if script.teach == "comparisons"
+                 else {"expert_reward_mean": reward})
         if drill:
             extra["comparisons"] = drill
         if streams_record:
             extra["comparisons_in_games"] = streams_record
-        seeds = {"games": game.seed_rule("games") if verdicts else DRILL_SEEDS if script.teach == "comparisons"
+        seeds = {"games": game.seed_rule("games") if verdicts or dagger else DRILL_SEEDS if script.teach == "comparisons"
                  else game.expert_seed_rule(len(script.modes)), "training_seed": cfg.seed}
         write_json(script.curve, {"provenance": provenance(config, seeds, time.perf_counter() - start,
                                                            command_line(__file__, [__file__, *argv])),
@@ -339,19 +356,27 @@ def _drill_games(model, game, script, tok):
     return train, held, record
 
 
-def _sampler(model, tok, script, seed: int, context: int | None):
-    """The backend the model's own games sample on: llama.cpp over its current weights (an adapter merged into a
-    copy), a slot for each game of a batch, each holding ``context`` tokens (the longest stream SFT trains on), else
-    transformers where the engine or its converter cannot be had."""
+@contextmanager
+def _own_games(model, tok, script, seed: int, context: int | None):
+    """The agent the model's own games are played with (``--temperature``; 0 is greedy): llama.cpp over its current
+    weights (an adapter merged into a copy), a slot for each game of a batch, each holding ``context`` tokens (the
+    longest stream SFT trains on), else transformers where the engine or its converter cannot be had. The engine's
+    context and export are gone after the block (never read again)."""
     from training.rl.engine import merged  # noqa: PLC0415
 
     sampling = SamplingConfig(temperature=script.temperature, seed=seed)
     try:
-        return LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, GAMES_A_BATCH),
-                               context=context or 0, batched=True)
+        sampler = LlamaCppBackend(merged(model), tok, sampling, slots=min(script.games, GAMES_A_BATCH),
+                                  context=context or 0, batched=True)
     except EngineUnavailable as exc:
-        print(f"note: sampling the model's games with transformers ({exc})", file=sys.stderr)
-        return TransformersBackend(model, tok, sampling)
+        print(f"note: playing the model's games with transformers ({exc})", file=sys.stderr)
+        sampler = TransformersBackend(model, tok, sampling)
+    try:
+        yield LLMAgent(sampler, script.modes[0])
+    finally:
+        if isinstance(sampler, LlamaCppBackend):
+            sampler.close()
+            shutil.rmtree(sampler.path.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

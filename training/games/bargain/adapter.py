@@ -17,6 +17,7 @@ from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_ce
 from env.bargain.play import play_episode
 from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
 from env.bargain.players.oracle import ORACLE, OracleBuyer
+from env.bargain.protocol import parse_reply
 from env.bargain.rules import BUYER, SELLER
 from env.bargain.sources import (
     PAPER_PRODUCTS,
@@ -247,6 +248,51 @@ class BargainGame:
         data = {"input_ids": ids, "completion_mask": masks, "verdicts": [e.verdicts for e in examples],
                 "verdict_over": [e.over for e in examples]}
         return Dataset.from_dict(data), counts, reward
+
+    def dagger_games(self, agent, games: int, chunk: int = GAMES_A_BATCH):
+        """DAgger's labels (Ross, Gordon and Bagnell, 2011): ``games`` of the policy's own (``agent`` samples, or
+        decodes greedily at temperature 0; rows and sellers as ``verdict_games``), played ``chunk`` at a time, and at
+        every state its buyer met there the reply the expert buyer writes from that state. For each reply k of a game
+        the game is replayed up to k (the scripted seller answers the same replies the same way) and the expert writes
+        reply k, which alone carries the loss. Behaviour cloning teaches the expert's moves in the expert's own games;
+        these teach them where the policy's own play leads (a student that never accepts an ask sees the states
+        where the expert accepts one). Returns the dataset (``input_ids``, ``completion_mask``), a record of the
+        labels (states, the expert's moves by kind, the share where the policy's own move was of the same kind) and
+        the own games' mean reward."""
+        from datasets import Dataset  # noqa: PLC0415
+        from tqdm.auto import tqdm  # noqa: PLC0415
+
+        from training.engine.rollout import Teacher  # noqa: PLC0415
+        from training.games.bargain.rollout import play_episodes  # noqa: PLC0415
+
+        rows, records = self.rows(games), []
+        for i in tqdm(range(0, games, chunk), desc=f"own games ({chunk} a batch)", unit="batch"):
+            records += self.play(agent, rows[i: i + chunk])
+        names = self.script.seller_names
+        episodes, buyers, sellers, states = [], [], [], []  # states: (k, the policy's own move kind at k)
+        for row, rec in zip(rows, records):
+            replies = tuple(m["content"] for m in rec.messages if m["role"] == "assistant")
+            for k, reply in enumerate(replies):
+                episodes.append((self.train[row.product], row.seed))
+                buyers.append(Teacher(partial(GuidedReplay, replies[:k], agent.reasoning_mode), agent, untrained=k))
+                sellers.append(names[row.seed % len(names)])
+                states.append((k, _move_kind(reply)))
+        labelled = play_episodes(episodes, buyers, sellers, self.script.max_turns) if episodes else []
+        ids, masks, kinds, same = [], [], {}, 0
+        for (k, mine), rec in zip(states, labelled):
+            if len(rec.turns) <= k:
+                continue  # the replay ended before state k (a seller that does not answer alike): no label
+            label = rec.turns[k]
+            ids.append(label.prompt_ids + label.completion_ids)
+            masks.append([0] * len(label.prompt_ids) + list(label.mask))
+            kind = _move_kind(label.text)
+            kinds[kind] = kinds.get(kind, 0) + 1
+            same += kind == mine
+        record = {"own_games": len(records), "states": len(ids), "expert_moves": dict(sorted(kinds.items())),
+                  "own_move_agrees": same / len(ids) if ids else None,
+                  "own_reward_mean": statistics.fmean(r.reward for r in records) if records else None,
+                  "own_deal_rate": statistics.fmean(r.metrics["deal"] for r in records) if records else None}
+        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), record
 
     def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0):
         """The comparison drill in whole games: ``games`` of the expert buyer, written in ``agent``'s conversation
@@ -662,6 +708,12 @@ def headline_checks(rows: list[dict]) -> dict | None:
         "headline_format_errors_below_2pct": {"met": h["format_error_rate"] < 0.02, "value": h["format_error_rate"]},
         "headline_overshoot_below_2pct": {"met": h["overshoot_rate"] < 0.02, "value": h["overshoot_rate"]},
     }
+
+
+def _move_kind(reply: str) -> str | None:
+    """The kind of move a buyer reply makes (BUY, DEAL, ...), None for one the protocol cannot read."""
+    action = parse_reply(reply).action
+    return action.kind if action else None
 
 
 def _add_stream(data: dict, ids: list[int], positions: list[int], over: list[bool]) -> None:
