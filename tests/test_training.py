@@ -607,8 +607,9 @@ def test_dagger_labels_each_state_of_the_policys_own_games_with_the_experts_repl
     own = game.play(agent, rows[:4]) + game.play(agent, rows[4:])  # greedy, batched alike: the same games again
     states = [(i, k) for i, rec in enumerate(own) for k in range(len(rec.turns))]
     assert record["own_games"] == 6 and record["states"] == len(data) == len(states) > 6, "games of several replies"
-    kinds, differ = Counter(), 0
-    for (i, k), ids, mask in zip(states, data["input_ids"], data["completion_mask"]):
+    kinds, differ, words = Counter(), 0, Counter()
+    for (i, k), ids, mask, at_words, over in zip(states, data["input_ids"], data["completion_mask"], data["verdicts"],
+                                                 data["verdict_over"]):
         context = mask.index(1)
         assert ids[:context] == own[i].turns[k].prompt_ids, "the state is the policy's own game before reply k"
         assert all(mask[context:]) and ids[-1] == agent.eos_id, "one reply, trained to its end"
@@ -618,15 +619,21 @@ def test_dagger_labels_each_state_of_the_policys_own_games_with_the_experts_repl
         differ += reply.strip() != own[i].turns[k].text.strip()
         turns, scenario = own[i].transcript["turns"], own[i].transcript["scenario"]
         at, ask, _ = standing_prices(turns)[k]
+        assert len(at_words) == len(over) and all(context <= j < len(ids) for j in at_words), "in the label alone"
+        for j, is_over in zip(at_words, over):  # --verdict_weight's positions: the expert's true words
+            assert tok.decode([ids[j]]).strip() == ("over" if is_over else "within")
+            words["over" if is_over else "within"] += 1
         if ask is None:
-            assert kind == "BUY", "the expert opens with an offer"
+            assert kind == "BUY" and not at_words, "the expert opens with an offer, no ask to judge"
             continue
+        assert [ask > scenario["budget"]] == over, "one verdict, the ask's against the budget, and it is true"
         assert f"Ask {format_price(ask)} vs budget {format_price(scenario['budget'])}" in reply
         if ask > scenario["budget"]:
             assert kind == "BUY", "the expert never takes an ask over its budget"
         elif turns[at]["turn"] == own[i].transcript["max_turns"]:
             assert kind == "DEAL", "the expert takes an ask within its budget at the last round"
     assert record["expert_moves"] == dict(sorted(kinds.items())) and 0 <= record["own_move_agrees"] <= 1
+    assert record["verdicts"] == {"over": words["over"], "within": words["within"]} and words["over"]
     assert differ, "the labels are the expert's replies, not the policy's own"
     assert -1 <= record["own_reward_mean"] <= 1 and 0 <= record["own_deal_rate"] <= 1
     with pytest.raises(ValueError, match="--temperature"):

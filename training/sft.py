@@ -86,8 +86,9 @@ class SFTScriptArguments(GameArguments):
     temperature: float = field(default=0.7, metadata={
         "help": "sampling temperature of --teach verdicts' and dagger's own games (dagger: 0 plays them greedily)"})
     verdict_weight: float = field(default=1.0, metadata={
-        "help": "--teach verdicts: each labelled verdict token's loss counts this many times (1: every own token "
-                "alike; the verdict words are about one token in sixty)"})
+        "help": "--teach verdicts or dagger: each labelled verdict token's loss counts this many times (1: every "
+                "trained token alike; the verdict words are about one token in sixty; dagger: the expert's verdict "
+                "words, read at the policy's own states, where its history may hold false ones)"})
     verdict_balance: bool = field(default=False, metadata={
         "help": "--verdict_weight: the true words 'over' and 'within' carry half the verdicts' weight each (the "
                 "policy's verdicts are mostly 'over'; the mean weight a verdict stays --verdict_weight)"})
@@ -133,8 +134,8 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--drill_flip is a probability below 1, got {self.drill_flip}")
         if self.drill_flip and not self.drill_games:
             raise ValueError("--drill_flip turns verdicts of --drill_games' expert games: give --drill_games")
-        if self.verdict_weight != 1 and self.teach != "verdicts":
-            raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts")
+        if self.verdict_weight != 1 and self.teach not in ("verdicts", "dagger"):
+            raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts or dagger")
         if self.verdict_balance and self.verdict_weight == 1:
             raise ValueError("--verdict_balance weighs the verdict words: give --verdict_weight above 1")
         if not (self.temperature >= 0 if self.teach == "dagger" else self.temperature > 0):
@@ -227,10 +228,12 @@ def main(argv: list[str] | None = None):
             dataset, dagger = game.dagger_games(agent, script.games)
         if not len(dataset):
             raise SystemExit(f"error: the model's {script.games} games reached no state to label (--teach dagger)")
+        if script.verdict_weight == 1:
+            dataset = dataset.select_columns(["input_ids", "completion_mask"])
         reward = dagger["own_reward_mean"]
         print(f"the model's {script.games} games: {dagger['states']} states labelled with the expert's reply "
               f"(its moves {dagger['expert_moves']}); the model's own move there was of the same kind in "
-              f"{dagger['own_move_agrees']:.1%}", file=sys.stderr)
+              f"{dagger['own_move_agrees']:.1%}; the expert's verdicts there: {dagger['verdicts']}", file=sys.stderr)
     else:
         verdicts = None
         agents = [LLMAgent(TransformersBackend(model, tok), mode) for mode in script.modes]

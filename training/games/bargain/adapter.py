@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from env.bargain.env import EpisodeMetrics
+from env.bargain.consistency import standing_prices
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row, thought_consistency
 from env.bargain.play import play_episode
 from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
@@ -32,7 +33,7 @@ from env.bargain.sources import (
 from training.common.provenance import RECORD_KEYS, provenance, relative, write_json, write_jsonl
 from training.engine.backends import SamplingConfig
 from training.games.bargain.config import BargainEvalArgs
-from training.games.bargain.verdicts import GAMES_A_BATCH, flip_history, verdict_example
+from training.games.bargain.verdicts import GAMES_A_BATCH, flip_history, verdict_example, verdict_tokens
 from training.games.base import build_agent
 
 
@@ -256,9 +257,10 @@ class BargainGame:
         the game is replayed up to k (the scripted seller answers the same replies the same way) and the expert writes
         reply k, which alone carries the loss. Behaviour cloning teaches the expert's moves in the expert's own games;
         these teach them where the policy's own play leads (a student that never accepts an ask sees the states
-        where the expert accepts one). Returns the dataset (``input_ids``, ``completion_mask``), a record of the
-        labels (states, the expert's moves by kind, the share where the policy's own move was of the same kind) and
-        the own games' mean reward."""
+        where the expert accepts one). Returns the dataset (``input_ids``, ``completion_mask``; ``verdicts`` and
+        ``verdict_over``: the expert's verdict words in each label, as ``verdict_games`` writes them, for
+        ``--verdict_weight``) and a record of the labels (states, the expert's moves by kind, the share where the
+        policy's own move was of the same kind, the verdicts' words) and the own games' reward and deal rate."""
         from datasets import Dataset  # noqa: PLC0415
         from tqdm.auto import tqdm  # noqa: PLC0415
 
@@ -278,21 +280,29 @@ class BargainGame:
                 sellers.append(names[row.seed % len(names)])
                 states.append((k, _move_kind(reply)))
         labelled = play_episodes(episodes, buyers, sellers, self.script.max_turns) if episodes else []
-        ids, masks, kinds, same = [], [], {}, 0
+        ids, masks, positions, over, kinds, same = [], [], [], [], {}, 0
         for (k, mine), rec in zip(states, labelled):
             if len(rec.turns) <= k:
                 continue  # the replay ended before state k (a seller that does not answer alike): no label
             label = rec.turns[k]
             ids.append(label.prompt_ids + label.completion_ids)
             masks.append([0] * len(label.prompt_ids) + list(label.mask))
+            turns = rec.transcript["turns"]
+            i, ask, own = standing_prices(turns)[k]  # the label is the replay's k-th buyer entry
+            words = verdict_tokens(label, turns[i]["thought"], ask, rec.transcript["scenario"]["budget"], own,
+                                   agent.tokenizer)
+            positions.append([len(label.prompt_ids) + j for j, _, _, _ in words])
+            over.append([want == "over" for _, _, want, _ in words])
             kind = _move_kind(label.text)
             kinds[kind] = kinds.get(kind, 0) + 1
             same += kind == mine
         record = {"own_games": len(records), "states": len(ids), "expert_moves": dict(sorted(kinds.items())),
                   "own_move_agrees": same / len(ids) if ids else None,
                   "own_reward_mean": statistics.fmean(r.reward for r in records) if records else None,
-                  "own_deal_rate": statistics.fmean(r.metrics["deal"] for r in records) if records else None}
-        return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), record
+                  "own_deal_rate": statistics.fmean(r.metrics["deal"] for r in records) if records else None,
+                  "verdicts": {"over": sum(map(sum, over)), "within": sum(len(o) - sum(o) for o in over)}}
+        data = {"input_ids": ids, "completion_mask": masks, "verdicts": positions, "verdict_over": over}
+        return Dataset.from_dict(data), record
 
     def expert_verdict_games(self, agent, games: int, products=None, seed: int = 0):
         """The comparison drill in whole games: ``games`` of the expert buyer, written in ``agent``'s conversation

@@ -45,20 +45,7 @@ def verdict_example(record, tokenizer) -> VerdictExample:
     turns, budget = record.transcript["turns"], record.transcript["scenario"]["budget"]
     counts = [0, 0]
     for turn, (i, ask, own) in zip(record.turns, standing_prices(turns)):  # one model reply a buyer entry, in order
-        thought = turns[i]["thought"]
-        pieces = [tokenizer.decode([t]) for t in turn.completion_ids]
-        text = "".join(pieces)
-        start = text.find(thought) if thought else -1
-        if start < 0:  # a reply whose Thought is not its text as decoded (not seen): nothing to label
-            continue
-        ends = list(accumulate(len(p) for p in pieces))
-        for at, true, want in verdicts(thought, ask, budget, own):
-            c = start + at
-            k = next(j for j, e in enumerate(ends) if e > c)
-            piece = pieces[k]
-            lead = piece[: len(piece) - len(piece.lstrip())]
-            if ends[k] - len(piece) + len(lead) != c:  # the token does not start the word: no clean label
-                continue
+        for k, true, want, lead in verdict_tokens(turn, turns[i]["thought"], ask, budget, own, tokenizer):
             position = len(turn.prompt_ids) + k
             if not true:
                 ids[position] = tokenizer(lead + want, add_special_tokens=False)["input_ids"][0]
@@ -66,6 +53,28 @@ def verdict_example(record, tokenizer) -> VerdictExample:
             over.append(want == "over")
             counts[not true] += 1
     return VerdictExample(ids, mask, positions, over, counts[0], counts[1])
+
+
+def verdict_tokens(turn, thought: str | None, ask, budget: float, own, tokenizer) -> list[tuple[int, bool, str, str]]:
+    """The checkable verdict words of one reply (``turn``: its ``completion_ids``; ``thought`` as the transcript
+    holds it; ``ask``/``own``: the standing prices it is checked against): for each word whose first token starts
+    it, that token's index in the completion, whether the word is true, the true word and the token's leading
+    space. A reply whose Thought is not its text as decoded has none."""
+    pieces = [tokenizer.decode([t]) for t in turn.completion_ids]
+    text = "".join(pieces)
+    start = text.find(thought) if thought else -1
+    if start < 0:
+        return []
+    ends = list(accumulate(len(p) for p in pieces))
+    out = []
+    for at, true, want in verdicts(thought, ask, budget, own):
+        c = start + at
+        k = next(j for j, e in enumerate(ends) if e > c)
+        piece = pieces[k]
+        lead = piece[: len(piece) - len(piece.lstrip())]
+        if ends[k] - len(piece) + len(lead) == c:  # else the token does not start the word: no clean label
+            out.append((k, true, want, lead))
+    return out
 
 
 def flip_history(ids: list[int], positions: list[int], over: list[bool], tokenizer, rng, share: float):
