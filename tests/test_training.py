@@ -642,6 +642,37 @@ def test_dagger_labels_each_state_of_the_policys_own_games_with_the_experts_repl
         sft.SFTScriptArguments(teach="dagger", role="seller")
 
 
+def test_verdict_tokens_find_the_comparison_signs_before_each_verdict_with_its_truth(tiny):
+    """``verdict_tokens(symbols=True)`` (``--verdict_symbols``): besides each verdict word, every sign of the
+    digit-by-digit comparison just before it ("1=1, 5<7: within"), each at the token that is that sign and labelled
+    with its verdict's truth and word; nothing else in the Thought (the prices' digits, a sign elsewhere)."""
+    from types import SimpleNamespace
+
+    from training.games.bargain.verdicts import verdict_tokens
+
+    _, tok = tiny
+    for thought, true, word in [("Ask $155.00 vs budget $157.59: 1=1, 5=5, 5<7: within budget. Offer $150.00.", True,
+                                 "within"),
+                                ("Ask $35.00 vs budget $43.99: 3>4: over budget. Note 2<3 is not a verdict's.", False,
+                                 "within"),
+                                ("Ask $70.00 vs budget $43.99: 7>4: over budget.", True, "over")]:
+        reply = f"Thought: {thought}\nTalk: Hello.\nAction: [BUY] $30.00"
+        turn = SimpleNamespace(completion_ids=tok(reply, add_special_tokens=False)["input_ids"])
+        ask = float(thought.split("$")[1].split()[0])
+        words = verdict_tokens(turn, thought, ask, 157.59 if "157" in thought else 43.99, None, tok)
+        found = verdict_tokens(turn, thought, ask, 157.59 if "157" in thought else 43.99, None, tok, symbols=True)
+        signs = "".join(c for c in thought.split(": ")[1] if c in "<=>")
+        written = thought.split(": ")[2].split()[0]  # the verdict word as the Thought wrote it
+        assert [tok.decode([turn.completion_ids[k]]).strip() for k, *_ in words] == [written]
+        assert "".join(tok.decode([turn.completion_ids[k]]).strip() for k, *_ in found) == signs + written
+        assert {(t, w) for _, t, w, _ in found} == {(true, word)}, "each sign carries its verdict's truth and word"
+    assert not verdict_tokens(turn, "not the reply's Thought", 70.0, 43.99, None, tok, symbols=True)
+    with pytest.raises(ValueError, match="--verdict_symbols"):
+        sft.SFTScriptArguments(teach="dagger", temperature=0, verdict_symbols=True)  # nothing weighted
+    with pytest.raises(ValueError, match="--verdict_symbols"):
+        sft.SFTScriptArguments(verdict_weight=3, teach="verdicts", verdict_symbols=True)
+
+
 @pytest.mark.slow
 def test_sft_teach_dagger_trains_the_shipped_tiny_buyer_on_the_experts_replies_in_its_own_games(tmp_path):
     """``--teach dagger`` end to end (llama.cpp plays the own games greedily): the curve records the labelled states,

@@ -92,6 +92,10 @@ class SFTScriptArguments(GameArguments):
     verdict_balance: bool = field(default=False, metadata={
         "help": "--verdict_weight: the true words 'over' and 'within' carry half the verdicts' weight each (the "
                 "policy's verdicts are mostly 'over'; the mean weight a verdict stays --verdict_weight)"})
+    verdict_symbols: bool = field(default=False, metadata={
+        "help": "--teach dagger --verdict_weight: the signs of the digit-by-digit comparison before each verdict word "
+                "('1=1, 5<7: within') carry the weight too (the verdict word follows from them; a small model "
+                "writes the sign wrong first)"})
     drill: int = field(default=0, metadata={
         "help": "--teach verdicts: this many comparison-drill examples (as --teach comparisons writes them, the loss "
                 "on the verdict word alone) mixed among the own games, whose tokens hold the reply's form; the curve "
@@ -136,6 +140,9 @@ class SFTScriptArguments(GameArguments):
             raise ValueError("--drill_flip turns verdicts of --drill_games' expert games: give --drill_games")
         if self.verdict_weight != 1 and self.teach not in ("verdicts", "dagger"):
             raise ValueError("--verdict_weight weighs the verdict words of --teach verdicts or dagger")
+        if self.verdict_symbols and (self.teach != "dagger" or self.verdict_weight == 1):
+            raise ValueError("--verdict_symbols weighs the comparison signs of --teach dagger's labels: give "
+                             "--verdict_weight above 1")
         if self.verdict_balance and self.verdict_weight == 1:
             raise ValueError("--verdict_balance weighs the verdict words: give --verdict_weight above 1")
         if not (self.temperature >= 0 if self.teach == "dagger" else self.temperature > 0):
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None):
     elif script.teach == "dagger":
         verdicts = None
         with _own_games(model, tok, script, cfg.seed, cfg.max_length) as agent:
-            dataset, dagger = game.dagger_games(agent, script.games)
+            dataset, dagger = game.dagger_games(agent, script.games, symbols=script.verdict_symbols)
         if not len(dataset):
             raise SystemExit(f"error: the model's {script.games} games reached no state to label (--teach dagger)")
         if script.verdict_weight == 1:
@@ -233,7 +240,7 @@ def main(argv: list[str] | None = None):
         reward = dagger["own_reward_mean"]
         print(f"the model's {script.games} games: {dagger['states']} states labelled with the expert's reply "
               f"(its moves {dagger['expert_moves']}); the model's own move there was of the same kind in "
-              f"{dagger['own_move_agrees']:.1%}; the expert's verdicts there: {dagger['verdicts']}", file=sys.stderr)
+              f"{dagger['own_move_agrees']:.1%}; the verdict tokens (by their word): {dagger['verdicts']}", file=sys.stderr)
     else:
         verdicts = None
         agents = [LLMAgent(TransformersBackend(model, tok), mode) for mode in script.modes]

@@ -250,7 +250,7 @@ class BargainGame:
                 "verdict_over": [e.over for e in examples]}
         return Dataset.from_dict(data), counts, reward
 
-    def dagger_games(self, agent, games: int, chunk: int = GAMES_A_BATCH):
+    def dagger_games(self, agent, games: int, chunk: int = GAMES_A_BATCH, symbols: bool = False):
         """DAgger's labels (Ross, Gordon and Bagnell, 2011): ``games`` of the policy's own (``agent`` samples, or
         decodes greedily at temperature 0; rows and sellers as ``verdict_games``), played ``chunk`` at a time, and at
         every state its buyer met there the reply the expert buyer writes from that state. For each reply k of a game
@@ -259,8 +259,10 @@ class BargainGame:
         these teach them where the policy's own play leads (a student that never accepts an ask sees the states
         where the expert accepts one). Returns the dataset (``input_ids``, ``completion_mask``; ``verdicts`` and
         ``verdict_over``: the expert's verdict words in each label, as ``verdict_games`` writes them, for
-        ``--verdict_weight``) and a record of the labels (states, the expert's moves by kind, the share where the
-        policy's own move was of the same kind, the verdicts' words) and the own games' reward and deal rate."""
+        ``--verdict_weight``; ``symbols``: with the signs of the digit comparison before each, as ``verdict_tokens``
+        finds them) and a record of the labels (states, the expert's moves by kind, the share where the policy's own
+        move was of the same kind, the weighted tokens by their verdict's word) and the own games' reward and deal
+        rate."""
         from datasets import Dataset  # noqa: PLC0415
         from tqdm.auto import tqdm  # noqa: PLC0415
 
@@ -290,7 +292,7 @@ class BargainGame:
             turns = rec.transcript["turns"]
             i, ask, own = standing_prices(turns)[k]  # the label is the replay's k-th buyer entry
             words = verdict_tokens(label, turns[i]["thought"], ask, rec.transcript["scenario"]["budget"], own,
-                                   agent.tokenizer)
+                                   agent.tokenizer, symbols=symbols)
             positions.append([len(label.prompt_ids) + j for j, _, _, _ in words])
             over.append([want == "over" for _, _, want, _ in words])
             kind = _move_kind(label.text)

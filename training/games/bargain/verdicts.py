@@ -12,6 +12,7 @@ enters; later turns read the corrected words (their context is the truth, as a c
 
 from __future__ import annotations
 
+import re
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -55,26 +56,41 @@ def verdict_example(record, tokenizer) -> VerdictExample:
     return VerdictExample(ids, mask, positions, over, counts[0], counts[1])
 
 
-def verdict_tokens(turn, thought: str | None, ask, budget: float, own, tokenizer) -> list[tuple[int, bool, str, str]]:
+def verdict_tokens(turn, thought: str | None, ask, budget: float, own, tokenizer,
+                   symbols: bool = False) -> list[tuple[int, bool, str, str]]:
     """The checkable verdict words of one reply (``turn``: its ``completion_ids``; ``thought`` as the transcript
     holds it; ``ask``/``own``: the standing prices it is checked against): for each word whose first token starts
     it, that token's index in the completion, whether the word is true, the true word and the token's leading
-    space. A reply whose Thought is not its text as decoded has none."""
+    space. A reply whose Thought is not its text as decoded has none. ``symbols``: also each sign ("<", "=", ">")
+    of the digit-by-digit comparison written just before a verdict ("1=1, 5<7: within"), with that verdict's
+    truth and word: the step a small model gets wrong first, after which the word follows."""
     pieces = [tokenizer.decode([t]) for t in turn.completion_ids]
     text = "".join(pieces)
     start = text.find(thought) if thought else -1
     if start < 0:
         return []
     ends = list(accumulate(len(p) for p in pieces))
+
+    def token_at(c):  # the index of the token that starts at character c of the Thought, with its leading space
+        k = next(j for j, e in enumerate(ends) if e > start + c)
+        lead = pieces[k][: len(pieces[k]) - len(pieces[k].lstrip())]
+        return (k, lead) if ends[k] - len(pieces[k]) + len(lead) == start + c else (None, lead)
+
     out = []
     for at, true, want in verdicts(thought, ask, budget, own):
-        c = start + at
-        k = next(j for j, e in enumerate(ends) if e > c)
-        piece = pieces[k]
-        lead = piece[: len(piece) - len(piece.lstrip())]
-        if ends[k] - len(piece) + len(lead) == c:  # else the token does not start the word: no clean label
+        if symbols and (m := _COMPARISON.search(thought[:at])):
+            for sign in re.finditer(r"[<=>]", m.group(1)):
+                k, lead = token_at(m.start(1) + sign.start())
+                if k is not None:
+                    out.append((k, true, want, lead))
+        k, lead = token_at(at)
+        if k is not None:  # else the token does not start the word: no clean label
             out.append((k, true, want, lead))
     return out
+
+
+# the digit-by-digit comparison that ends just before a verdict word ("1=1, 5<7: within")
+_COMPARISON = re.compile(r"((?:\d[<=>]\d, )*\d[<=>]\d): $")
 
 
 def flip_history(ids: list[int], positions: list[int], over: list[bool], tokenizer, rng, share: float):
