@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from env.bargain.env import EpisodeMetrics
 from env.bargain.consistency import standing_prices
+from env.bargain.env import EpisodeMetrics
 from env.bargain.evaluation import episode_seed, format_table, mix_rows, play_cell, summarize_row, thought_consistency
 from env.bargain.play import play_episode
 from env.bargain.players import BUYERS, PROBES, SELLERS, make_player, parse_names
