@@ -658,9 +658,9 @@ def test_verdict_tokens_find_the_comparison_signs_before_each_verdict_with_its_t
                                 ("Ask $70.00 vs budget $43.99: 7>4: over budget.", True, "over")]:
         reply = f"Thought: {thought}\nTalk: Hello.\nAction: [BUY] $30.00"
         turn = SimpleNamespace(completion_ids=tok(reply, add_special_tokens=False)["input_ids"])
-        ask = float(thought.split("$")[1].split()[0])
-        words = verdict_tokens(turn, thought, ask, 157.59 if "157" in thought else 43.99, None, tok)
-        found = verdict_tokens(turn, thought, ask, 157.59 if "157" in thought else 43.99, None, tok, symbols=True)
+        ask, budget = (float(thought.split("$")[i].split()[0].rstrip(":")) for i in (1, 2))
+        words = verdict_tokens(turn, thought, ask, budget, None, tok)
+        found = verdict_tokens(turn, thought, ask, budget, None, tok, symbols=True)
         signs = "".join(c for c in thought.split(": ")[1] if c in "<=>")
         written = thought.split(": ")[2].split()[0]  # the verdict word as the Thought wrote it
         assert [tok.decode([turn.completion_ids[k]]).strip() for k, *_ in words] == [written]

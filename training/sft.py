@@ -227,7 +227,6 @@ def main(argv: list[str] | None = None):
     elif script.teach == "comparisons":
         verdicts = None
         dataset, held_out, drill = _drill(model, game, script, tok, cfg.seed, script.games)
-        dataset = dataset.select_columns(["input_ids", "completion_mask"])
         print(f"held-out verdict accuracy before the drill: {drill['before']['accuracy']:.1%}", file=sys.stderr)
     elif script.teach == "dagger":
         verdicts = None
@@ -235,8 +234,6 @@ def main(argv: list[str] | None = None):
             dataset, dagger = game.dagger_games(agent, script.games, symbols=script.verdict_symbols)
         if not len(dataset):
             raise SystemExit(f"error: the model's {script.games} games reached no state to label (--teach dagger)")
-        if script.verdict_weight == 1:
-            dataset = dataset.select_columns(["input_ids", "completion_mask"])
         reward = dagger["own_reward_mean"]
         print(f"the model's {script.games} games: {dagger['states']} states labelled with the expert's reply "
               f"(its moves {dagger['expert_moves']}); the model's own move there was of the same kind in "
@@ -266,6 +263,7 @@ def main(argv: list[str] | None = None):
                                             peft_config=peft, verdict_weight=script.verdict_weight,
                                             balance=script.verdict_balance)
     else:
+        dataset = dataset.select_columns(["input_ids", "completion_mask"])  # what the plain loss reads; no label columns
         trainer = SFTTrainer(model=model, args=cfg, train_dataset=dataset, processing_class=tok, peft_config=peft)
     resume = any(Path(cfg.output_dir).glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if resume else None)
