@@ -584,6 +584,35 @@ def test_sft_teach_verdicts_trains_the_shipped_tiny_buyer_on_its_own_games(tmp_p
         sft.SFTScriptArguments(teach="nonsense")
 
 
+def test_sft_teacher_steady_writes_the_steady_buyers_games_and_refuses_what_it_cannot_teach():
+    """``--teacher steady``: the cloned games are the steady buyer's own (its last-round offer, never the expert's
+    last-round grab), in the model's stream with the loss on the buyer's replies; the seed rule names the teacher;
+    an unknown teacher, another game, the seller's role or another ``--teach`` are refused."""
+    from training.engine.backends import TransformersBackend
+    from training.engine.models import load_model
+    from training.engine.rollout import LLMAgent
+    from training.games import game_for
+
+    model, tok = load_model(str(SHIPPED_TINY), device="cpu", dtype="float32")
+    agent = LLMAgent(TransformersBackend(model, tok), "option_a")
+    texts = {}
+    for teacher in ("expert", "steady"):
+        game = game_for(sft.SFTScriptArguments(teacher=teacher, sellers="boulware,unyielding"))
+        data, rewards = game.expert_games([agent], 8)
+        assert len(data) == len(rewards) == 8 and all(-1 <= r <= 1 for r in rewards)
+        texts[teacher] = [tok.decode([t for t, m in zip(ids, mask) if m]) for ids, mask in
+                          zip(data["input_ids"], data["completion_mask"])]
+        assert ("buyer steady" in game.expert_seed_rule(1)) == (teacher == "steady")
+    assert any("Last round: offer 85% of budget." in t for t in texts["steady"])
+    assert not any("Last round: accept" in t for t in texts["steady"])
+    assert not any("Last round: offer" in t for t in texts["expert"])
+    for bad, match in (({"teacher": "nobody"}, "--teacher must"), ({"teacher": "steady", "env": "market"}, "--teacher"),
+                       ({"teacher": "steady", "role": "seller"}, "--teacher"),
+                       ({"teacher": "steady", "teach": "dagger", "temperature": 0}, "--teacher")):
+        with pytest.raises(ValueError, match=match):
+            sft.SFTScriptArguments(**bad)
+
+
 def test_dagger_labels_each_state_of_the_policys_own_games_with_the_experts_reply_there():
     """``--teach dagger``'s data: the policy's own games (greedy here), and for each of its replies k one example whose
     context is that game's stream before reply k (the policy's own moves and the seller's answers, untrained) and whose

@@ -27,6 +27,9 @@ the reply, which alone carries the loss (``BargainGame.dagger_games``). Behaviou
 the expert's own games only; a student whose play drifts from them (one that never accepts an ask) meets states the
 expert's games never reach. The curve records how often the model's own move there was of the expert's kind.
 
+``--teacher steady`` clones ``SteadyBuyer`` instead of the expert: the expert's plan set to survive a student's
+imprecise arithmetic (60% of the list held, 85% of the budget in the last round, no last-round grab of the ask).
+
 ``--model`` may name a LoRA adapter folder (an SFT or RL checkpoint): its adapter then goes on training on the
 expert's games (a refresher: the expert's Thought changed after the adapter learned it), rather than a new one.
 """
@@ -43,6 +46,7 @@ from pathlib import Path
 import torch
 from trl import SFTConfig, SFTTrainer, TrlParser
 
+from env.bargain.players import TEACHERS
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.sources import ScenarioDataError
 from training.common.cli import parse
@@ -76,6 +80,10 @@ class SFTScriptArguments(GameArguments):
                 "--sellers against the scripted buyers: a model seller, e.g. the frozen opponent of "
                 "generalisation study (d)); bilateral game only"})
     precision: str = field(default="", metadata={"help": PRECISION_HELP})
+    teacher: str = field(default="expert", metadata={
+        "help": f"--teach expert, bilateral buyer: the scripted buyer whose games are cloned, one of "
+                f"{', '.join(TEACHERS)} (steady: the expert's plan set to survive a student's imprecision, with no "
+                f"last-round grab)"})
     teach: str = field(default="expert", metadata={
         "help": "expert: clone the expert's games; verdicts: the model plays --games of its own against the seller "
                 "mix (sampled at --temperature, on llama.cpp where it runs) and learns them with each false "
@@ -125,6 +133,10 @@ class SFTScriptArguments(GameArguments):
             raise ValueError(f"--teach must be expert, verdicts, comparisons or dagger, got {self.teach!r}")
         if self.teach != "expert" and (self.env != "bargain" or self.role != "buyer"):
             raise ValueError(f"--teach {self.teach} teaches the bilateral game's buyer only")
+        if self.teacher not in TEACHERS:
+            raise ValueError(f"--teacher must be one of {', '.join(TEACHERS)}, got {self.teacher!r}")
+        if self.teacher != "expert" and (self.env != "bargain" or self.role != "buyer" or self.teach != "expert"):
+            raise ValueError(f"--teacher {self.teacher} writes the bilateral buyer's games for --teach expert only")
         if not self.verdict_weight >= 1:
             raise ValueError(f"--verdict_weight must be at least 1, got {self.verdict_weight}")
         if self.drill and self.teach != "verdicts":
@@ -300,7 +312,8 @@ def main(argv: list[str] | None = None):
                   "world_size": trainer.accelerator.num_processes}
         extra = ({"own_games": {"reward_mean": reward, "verdicts_true": verdicts[0], "verdicts_false": verdicts[1]}}
                  if verdicts else {"dagger": dagger} if dagger else {} if script.teach == "comparisons"
-                 else {"expert_reward_mean": reward})
+                 else {"expert_reward_mean": reward, **({"teacher": script.teacher} if script.teacher != "expert"
+                                                         else {})})
         if drill:
             extra["comparisons"] = drill
         if streams_record:

@@ -97,6 +97,33 @@ class ExpertBuyer(ScriptedBuyer):
         return self.offer(obs, plan, compare if over else f"{compare} Ask > plan {format_price(plan)}.")
 
 
+class SteadyBuyer(ExpertBuyer):
+    """The expert's plan, set to survive a student's imprecision, and no last-round grab: a teacher to distil.
+
+    Opens at 60% of the list price (capped at 90% of the budget) and moves toward 75% of the budget, so on most
+    products it holds one offer until the last round, clear of the line under which an offended seller counts an
+    offer as an insult. In the last round it offers 85% of the budget instead of taking any ask within it: a seller
+    in its own last turn takes any offer at or above its private floor, which is often well under its standing ask.
+    It takes an ask no higher than its offer, as every scripted buyer does, and writes the expert's digit-by-digit
+    ask-versus-budget comparison in every Thought, so a student learns the same reasoning. The numbers were chosen
+    on the builtin *train* products with every offer perturbed by 5% noise, as a small model's arithmetic is, and
+    the verdict word never decides its move on its own: a student whose verdicts err still plays this plan."""
+
+    name = "steady"
+    anchor = 0.6
+    target = 0.75
+    last = 0.85  # the last round's offer, as a share of the budget
+
+    def decide(self, obs: Observation) -> tuple[str, str, Action]:
+        ask, budget = obs.their_offer, obs.private_value
+        if obs.turn < obs.max_turns or ask is None:
+            return super().decide(obs)
+        verdict = "over budget." if ask > budget else "within budget."
+        return self.offer(obs, self.last * budget,
+                          f"Ask {format_price(ask)} vs budget {format_price(budget)}: {compare_digits(ask, budget)}: "
+                          f"{verdict} Last round: offer {self.last:.0%} of budget.")
+
+
 class AlwaysAcceptBuyer(ScriptedBuyer):
     """Accepts the first ask within budget; until then repeats an offer at 70% of list."""
 
@@ -169,3 +196,6 @@ BUYERS: dict[str, type[ScriptedBuyer]] = {
                               OfferBudgetBuyer, RandomValidBuyer)
 }
 BASELINES = tuple(n for n in BUYERS if n != "expert")
+# Buyers whose games a model may be trained on (``sft.py --teacher``); a name here that is not in ``BUYERS`` is
+# still played by name (``make_player``, ``evaluate.py --buyers``) but joins no default line-up.
+TEACHERS: dict[str, type[ExpertBuyer]] = {cls.name: cls for cls in (ExpertBuyer, SteadyBuyer)}

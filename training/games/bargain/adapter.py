@@ -359,7 +359,8 @@ class BargainGame:
         ``i mod len(sellers)``; with several agents (one per reasoning format) successive rounds of
         the seller cycle alternate formats. ``role="seller"``: the model learns the seller of game
         ``i`` (persona ``i mod len(sellers)``) against scripted buyer ``(i div len(sellers)) mod
-        len(BUYERS)``; the records carry the seller's reward."""
+        len(BUYERS)``; the records carry the seller's reward. The buyer is the script's ``teacher``
+        (``sft.py --teacher``), the expert unless it names another."""
         from datasets import Dataset  # noqa: PLC0415
 
         from training.engine.rollout import Teacher  # noqa: PLC0415
@@ -376,16 +377,23 @@ class BargainGame:
                     records = play_episodes(episodes, [buyers[(i // len(sellers)) % len(buyers)] for i in games_jk],
                                             Teacher(seller, agent), self.script.max_turns, trained_role="seller")
                 else:
-                    records = play_episodes(episodes, Teacher("expert", agent), seller, self.script.max_turns)
+                    records = play_episodes(episodes, Teacher(self.teacher_name(), agent), seller,
+                                            self.script.max_turns)
                 for rec in records:
                     ids.append(rec.prompt_ids + rec.completion_ids)
                     masks.append([0] * len(rec.prompt_ids) + rec.env_mask)
                     rewards.append(rec.reward)
         return Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), rewards
 
+    def teacher_name(self) -> str:
+        """The scripted buyer whose games ``expert_games`` writes (``sft.py --teacher``; the expert by default)."""
+        return getattr(self.script, "teacher", "expert")
+
     def expert_seed_rule(self, agents: int) -> str:
         n = len(self.script.seller_names)
+        teacher = self.teacher_name()
         return (f"game i: train product i mod {len(self.train)}, seed i, seller i mod {n}"
+                + (f", buyer {teacher}" if teacher != "expert" and getattr(self.script, "role", "") != "seller" else "")
                 + (f", scripted buyer (i div {n}) mod {len(BUYERS)}" if getattr(self.script, "role", "") == "seller"
                    else "")
                 + (f", format (i div {n}) mod {agents}" if agents > 1 else ""))
