@@ -1,11 +1,11 @@
 """Scripted players and the registry that builds them by name."""
 
 from env.bargain.players.base import Player, ScriptedPlayer
-from env.bargain.players.buyers import BASELINES, BUYERS, TEACHERS, ExpertBuyer, SteadyBuyer
+from env.bargain.players.buyers import BASELINES, BUYERS, NAMED_BUYERS, TEACHERS, ExpertBuyer, SteadyBuyer
 from env.bargain.players.sellers import ALL_SELLERS, PERSONAS, PROBES, SELLERS, NeutralSeller
 
 __all__ = ["Player", "ScriptedPlayer", "BUYERS", "SELLERS", "PROBES", "ALL_SELLERS", "BASELINES", "PERSONAS",
-           "ExpertBuyer", "SteadyBuyer", "TEACHERS", "NeutralSeller", "make_player", "parse_names"]
+           "ExpertBuyer", "SteadyBuyer", "TEACHERS", "NAMED_BUYERS", "NeutralSeller", "make_player", "parse_names"]
 
 
 def parse_names(value: str, table: dict, what: str, extra: dict | None = None) -> list[str]:
@@ -23,7 +23,7 @@ def parse_names(value: str, table: dict, what: str, extra: dict | None = None) -
 
 def make_player(role: str, name: str, reasoning_mode: str = "option_a") -> ScriptedPlayer:
     """A scripted player by role and name, e.g. ``make_player("seller", "insulting")``."""
-    table = {"buyer": {**BUYERS, **TEACHERS}, "seller": ALL_SELLERS}.get(role)
+    table = {"buyer": NAMED_BUYERS, "seller": ALL_SELLERS}.get(role)
     if table is None:
         raise ValueError(f"role must be 'buyer' or 'seller', got {role!r}")
     if name not in table:

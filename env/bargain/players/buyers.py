@@ -199,3 +199,4 @@ BASELINES = tuple(n for n in BUYERS if n != "expert")
 # Buyers whose games a model may be trained on (``sft.py --teacher``); a name here that is not in ``BUYERS`` is
 # still played by name (``make_player``, ``evaluate.py --buyers``) but joins no default line-up.
 TEACHERS: dict[str, type[ExpertBuyer]] = {cls.name: cls for cls in (ExpertBuyer, SteadyBuyer)}
+NAMED_BUYERS: dict[str, type[ScriptedBuyer]] = {**BUYERS, **TEACHERS}  # every buyer a name plays

@@ -390,12 +390,11 @@ class BargainGame:
         return getattr(self.script, "teacher", "expert")
 
     def expert_seed_rule(self, agents: int) -> str:
-        n = len(self.script.seller_names)
-        teacher = self.teacher_name()
+        n, teacher = len(self.script.seller_names), self.teacher_name()
+        seller_role = getattr(self.script, "role", "") == "seller"
         return (f"game i: train product i mod {len(self.train)}, seed i, seller i mod {n}"
-                + (f", buyer {teacher}" if teacher != "expert" and getattr(self.script, "role", "") != "seller" else "")
-                + (f", scripted buyer (i div {n}) mod {len(BUYERS)}" if getattr(self.script, "role", "") == "seller"
-                   else "")
+                + (f", scripted buyer (i div {n}) mod {len(BUYERS)}" if seller_role
+                   else f", buyer {teacher}" if teacher != "expert" else "")
                 + (f", format (i div {n}) mod {agents}" if agents > 1 else ""))
 
     # ------------------------------------------------------------------ evaluation

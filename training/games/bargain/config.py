@@ -8,7 +8,7 @@ from pathlib import Path
 
 from env.bargain.env import DEFAULT_MAX_TURNS
 from env.bargain.evaluation import SEEDS_PER_PRODUCT
-from env.bargain.players import BUYERS, PROBES, SELLERS, TEACHERS, parse_names
+from env.bargain.players import BUYERS, NAMED_BUYERS, PROBES, SELLERS, TEACHERS, parse_names
 from env.bargain.protocol import REASONING_MODES
 from env.bargain.sources import GENERATED, SOURCES, check_budget_factor, is_union
 from training.games.base import EvalArgs, label, name_path
@@ -27,7 +27,7 @@ class BargainEvalArgs(EvalArgs):
                                                                 "that give their own budget keep it)"})
     buyers: str = field(default="all", metadata={
         "help": f"scripted buyers, comma list, all ({', '.join(BUYERS)}) or none; by name also "
-                f"{', '.join(n for n in TEACHERS if n not in BUYERS)}"})
+                f"{', '.join(n for n in NAMED_BUYERS if n not in BUYERS)}"})
     sellers: str = field(default="all", metadata={"help": f"comma list or all (the mix: {', '.join(SELLERS)}); "
                                                                  f"adversarial probes by name: {', '.join(PROBES)}"})
     seeds: int = field(default=SEEDS_PER_PRODUCT, metadata={"help": "episodes per product per cell (the paper: 4)"})
@@ -87,7 +87,7 @@ class BargainEvalArgs(EvalArgs):
             raise ValueError(f"--max_turns must be at least 1, got {self.max_turns}")
         self.model_buyers = {}
         for item in (x.strip() for x in self.buyer_models.split(",") if x.strip()):
-            name, path = name_path(item, "--buyer_models", {**BUYERS, **TEACHERS})
+            name, path = name_path(item, "--buyer_models", NAMED_BUYERS)
             self.model_buyers[name] = path
         if self.buyer_model:
             self.model_buyers = {self.buyer_name or label(self.buyer_model): self.buyer_model}
