@@ -2,7 +2,7 @@
 mix, on the builtin *train* products, with every offer played exactly and with multiplicative noise (a student's
 arithmetic is not exact; the shipped SmolLM2 buyer's offers sit a few percent off the expert's plan, each way).
 
-    python training/recipes/smollm2/choose_teacher.py --out artifacts/probes/steady_teacher_grid.json
+    python training/choose_teacher.py --out artifacts/probes/steady_teacher_grid.json
 
 Each row is a plan (anchor: first offer as a share of the list price, capped at 90% of the budget; target: the
 planned offer of the last round, as a share of the budget; last: the last round's offer as a share of the budget,
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from env.bargain.evaluation import play_cell, summarize  # noqa: E402
 from env.bargain.players import SELLERS, ExpertBuyer, SteadyBuyer  # noqa: E402
