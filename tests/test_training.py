@@ -1060,6 +1060,30 @@ def test_flat_groups_are_replaced_by_spare_groups_that_carry_signal():
     assert same == rows and [r.reward for r in none] == rewards
 
 
+def test_a_resumed_run_draws_spares_on_from_where_its_steps_left_the_pool():
+    """--spare_groups after a resume: a new process starting at step 5 draws the spare rows a run that never
+    stopped draws at step 5, never the pool's first rows again (they were played at step 1); two processes
+    never share a spare."""
+    from types import SimpleNamespace
+
+    from training.rl.run import EpisodeRollouts
+
+    def rollouts():
+        script = SimpleNamespace(spare_groups=2, episode_log="")
+        return EpisodeRollouts(script, SimpleNamespace(num_generations=3), game=None, episodes=list(range(10)),
+                               spares=list(range(100)))
+
+    whole = rollouts()
+    drawn = [whole._draw_spares(0, 1, step) for step in range(8)]
+    assert drawn[0] == [10, 10, 10, 11, 11, 11] and drawn[5] == [20, 20, 20, 21, 21, 21]
+    resumed = rollouts()
+    assert [resumed._draw_spares(0, 1, step) for step in (5, 6, 7)] == drawn[5:]
+    two = [rollouts(), rollouts()]
+    a, b = ([r._draw_spares(p, 2, step) for step in (3, 4)] for p, r in enumerate(two))
+    assert not {x for rows in a for x in rows} & {x for rows in b for x in rows}
+    assert a[0][0] == 10 + 2 * 3 * 2  # process 0, step 3: the pool's rows 12 on, every other one
+
+
 @pytest.mark.slow
 def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(tiny_dir, tmp_path):
     """A GRPO run with --spare_groups plays the spares in the step's batch: the curve logs the share of flat

@@ -221,7 +221,7 @@ class EpisodeRollouts:
         agent.backend.model.eval()
         acc = trainer.accelerator
         rows = [int(p) for p in prompts]
-        spare_rows = self._draw_spares(acc.process_index, acc.num_processes)
+        spare_rows = self._draw_spares(acc.process_index, acc.num_processes, trainer.state.global_step)
         synced = time.perf_counter()
         if isinstance(agent.backend, LlamaCppPolicy):  # this step's weights, a sequence for each episode
             agent.backend.sync(len(rows) + len(spare_rows), trainer.state.global_step)
@@ -299,10 +299,12 @@ class EpisodeRollouts:
         n = len(self.episodes)
         return self.episodes[row] if row < n else self.spares[row - n]
 
-    def _draw_spares(self, process: int, processes: int) -> list[int]:
+    def _draw_spares(self, process: int, processes: int, step: int) -> list[int]:
         """This step's spare rows, each repeated num_generations times: process p takes spare rows p, p + P, ...
-        (P processes), so no two processes play the same spare."""
+        (P processes), so no two processes play the same spare. ``step`` is the steps done before this one: a run
+        resumed in a new process draws on from where the steps before it left the pool, never from its start."""
         g, n = self.cfg.num_generations, len(self.episodes)
+        self.spares_used = max(self.spares_used, step * self.script.spare_groups)
         out = []
         for _ in range(self.script.spare_groups):
             j = process + processes * self.spares_used
