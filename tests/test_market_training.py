@@ -176,6 +176,7 @@ def test_sft_then_grpo_train_on_the_market(tiny_dir, tmp_path):
     (["--rollout_backend", "ct2"], "--rollout_backend must be one of transformers, llamacpp"),
     (["--env", "market", "--time_budget_s", "-5"], "--time_budget_s must be 0 (none) or more"),
     (["--time_budget_s", "nan"], "--time_budget_s must be 0 (none) or more"),
+    (["--stop_at_step", "-1"], "--stop_at_step must be 0 (none) or more"),
 ])
 def test_grpo_refuses_what_the_market_cannot_do(argv, match, capsys):
     with pytest.raises(SystemExit):

@@ -1114,6 +1114,28 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
         grpo.main(["--smoke", "--spare_groups", "-1"])
 
 
+@pytest.mark.slow
+def test_a_run_stopped_at_a_step_plays_the_full_runs_rows_and_records_the_stop(tiny_dir, tmp_path):
+    """--stop_at_step: a short branch ends after its step (checkpoint saved, the curve saying where and why) and
+    plays the rows the full --max_steps run plays at that step, spares included: runs side by side compare."""
+    from training import grpo
+
+    def run(name, *extra):
+        out, curve, log = tmp_path / name, tmp_path / f"{name}.json", tmp_path / name / "episodes"
+        grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(out), "--curve", str(curve),
+                   "--spare_groups", "1", "--episode_log", str(log), *extra])
+        played = [json.loads(line) for line in log.with_name("episodes.rank0.jsonl").read_text().splitlines()]
+        return json.loads(curve.read_text()), {(e["step"], e["row"]) for e in played}, out
+
+    full, full_rows, _ = run("full")
+    short, short_rows, out = run("short", "--stop_at_step", "1")
+    assert [p["step"] for p in full["points"]] == [1, 2] and "stopped" not in full
+    assert [p["step"] for p in short["points"]] == [1] and short["max_steps"] == 2
+    assert short["stopped"]["at_step"] == 1 and short["stopped"]["reason"] == "--stop_at_step 1"
+    assert {r for s, r in short_rows} == {r for s, r in full_rows if s == 1}
+    assert (out / "checkpoint-1").is_dir() and not (out / "checkpoint-2").exists()
+
+
 def test_expert_prefix_rows_start_late_in_the_experts_own_game():
     """--expert_prefix keeps every row's product and seed and starts a share of them (drawn from the seed) late in
     the expert's game against the row's seller: the expert keeps at least its first reply and the policy plays at

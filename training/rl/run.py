@@ -102,6 +102,10 @@ class GRPOScriptArguments(GameArguments):
         "help": "stop training at the end of the step after which another step would pass this many seconds since "
                 "the run began (a lease on a lent machine); the final policy is saved as usual and the curve records "
                 "the stop (0 = run to --max_steps)"})
+    stop_at_step: int = field(default=0, metadata={
+        "help": "end training after this step (its checkpoint saved, the curve recording the stop) while keeping what "
+                "--max_steps sets: the dataset and its seeded order, the spare pool, the schedule. Short branches of "
+                "a long run then play its rows step for step (0 = run to --max_steps)"})
     rollout_backend: str = field(default="transformers", metadata={
         "help": "what samples the episodes on a CPU: transformers (generate, the reference) or llamacpp (the policy "
                 "exported to GGUF before each step, its episodes decoded together with a KV sequence each; the trainer "
@@ -122,6 +126,8 @@ class GRPOScriptArguments(GameArguments):
         check_precision(self.precision)
         if not self.time_budget_s >= 0:
             raise ValueError(f"--time_budget_s must be 0 (none) or more, got {self.time_budget_s}")
+        if self.stop_at_step < 0:
+            raise ValueError(f"--stop_at_step must be 0 (none) or more, got {self.stop_at_step}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"--rollout_backend must be one of {', '.join(ROLLOUT_BACKENDS)}, got {self.rollout_backend!r}")
         if self.rollout_precision not in ROLLOUT_PRECISIONS:
@@ -420,7 +426,7 @@ class RLRun:
     rollouts: EpisodeRollouts | None = None
     hub: dict | None = None
     precision: dict | None = None  # --precision auto: the rates measured and the choice
-    stopped: dict | None = None  # --time_budget_s: where and why training stopped before --max_steps
+    stopped: dict | None = None  # --time_budget_s, --stop_at_step: where and why training stopped before --max_steps
 
     @property
     def method(self) -> str:
@@ -610,6 +616,21 @@ class TimeBudget(TrainerCallback):
                   f"{now - self.run.start:.0f} s of {budget:g} s used", file=sys.stderr, flush=True)
 
 
+class StopAtStep(TrainerCallback):
+    """``--stop_at_step N``: ends training at step N's end, before ``--max_steps``, and records the stop in the
+    curve (``stopped``); what ``--max_steps`` sized (rows, their order, spares, schedule) stays the full run's."""
+
+    def __init__(self, run: RLRun):
+        self.run = run
+
+    def on_step_end(self, args, state, control, **kwargs):
+        n = self.run.script.stop_at_step
+        if state.global_step >= n and state.global_step < state.max_steps:
+            control.should_training_stop = True
+            self.run.stopped = {"reason": f"--stop_at_step {n}", "at_step": state.global_step,
+                                "elapsed_s": round(time.perf_counter() - self.run.start, 1)}
+
+
 def train_and_finish(trainer, run: RLRun) -> Path:
     """Train (resuming from the last checkpoint in ``--output_dir``, with the curve so far), then ``finish``."""
     last = get_last_checkpoint(run.cfg.output_dir) if Path(run.cfg.output_dir).is_dir() else None
@@ -617,6 +638,8 @@ def train_and_finish(trainer, run: RLRun) -> Path:
     trainer.add_callback(record)
     if run.script.time_budget_s:
         trainer.add_callback(TimeBudget(run))
+    if run.script.stop_at_step:
+        trainer.add_callback(StopAtStep(run))
     try:
         trainer.train(resume_from_checkpoint=last)
     finally:

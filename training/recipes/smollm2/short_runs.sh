@@ -10,11 +10,16 @@
 #   RUNS="control spares" STEPS=8 bash training/recipes/smollm2/short_runs.sh
 # PARALLEL=1 starts every variant at once (a GPU machine: recipes/smollm2/lent_gpu_short.sh), each logging to
 # RUN_ROOT/<name>.log; EXTRA_FLAGS go to every variant; START, RUN_ROOT and CURVES (the curves' folder and
-# name prefix) move what the runs read and write.
+# name prefix) move what the runs read and write; CONFIG names the recipe the variants share. Branches of a long run
+# keep its rows step for step with its --max_steps and --stop_at_step, e.g. the steady student's (grpo8.yaml):
+#   CONFIG=training/recipes/smollm2/grpo8.yaml START=runs/smollm2/sft_steady/final STEPS=160 \
+#   EXTRA_FLAGS="--stop_at_step 8" RUN_ROOT=runs/grpo9-short CURVES=artifacts/probes/grpo9_short \
+#   RUNS="lr2e5 beta004 t04" bash training/recipes/smollm2/short_runs.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 STEPS=${STEPS:-8}
 START=${START:-artifacts/checkpoints/grpo-smollm2}
+CONFIG=${CONFIG:-training/recipes/smollm2/grpo.yaml}
 RUN_ROOT=${RUN_ROOT:-runs/grpo2-short}
 CURVES=${CURVES:-artifacts/probes/grpo2_short}
 declare -A FLAGS=(
@@ -27,6 +32,11 @@ declare -A FLAGS=(
   [beta0]="--beta 0"                         # no KL anchor (and no reference forward)
   # the three that could add up: signal in every group, no anchor (flat groups then cost nothing), true Thoughts
   [combo]="--spare_groups 4 --beta 0 --consistency_weight 0.1"
+  # a smaller step for a start that RL at 1e-4 and no anchor drove away from closing (grpo8), and a cooler sample
+  # whose last-round arithmetic errs less often (a wrong jump over the budget is what punished the jump there)
+  [lr2e5]="--learning_rate 2e-5"
+  [beta004]="--learning_rate 2e-5 --beta 0.04"
+  [t04]="--learning_rate 2e-5 --temperature 0.4"
 )
 RUNS=${RUNS:-control spares batchstd consistency beta0 combo}
 for name in $RUNS; do
@@ -37,7 +47,7 @@ pids=()
 for name in $RUNS; do
   echo "== $name: ${FLAGS[$name]:-(the recipe as it is)}"
   # shellcheck disable=SC2086  # the flags are words
-  cmd=(python training/grpo.py --config training/recipes/smollm2/grpo.yaml
+  cmd=(python training/grpo.py --config "$CONFIG"
     --model_name_or_path "$START" --max_steps "$STEPS" --lr_scheduler_type constant
     --rollout_backend "${ROLLOUT_BACKEND:-llamacpp}" --output_dir "$RUN_ROOT/$name"
     --episode_log "$RUN_ROOT/$name/episodes" --curve "${CURVES}_${name}_training_curve.json"
