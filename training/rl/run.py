@@ -194,7 +194,6 @@ class EpisodeRollouts:
                  spares: list | None = None):
         self.script, self.cfg, self.game, self.episodes, self.opponent = script, cfg, game, episodes, opponent
         self.spares = spares or []  # --spare_groups: fresh train rows, row len(episodes) + j is spares[j]
-        self.spares_used = 0  # spare rows this process has drawn so far (it draws every num_processes-th)
         self.backend = self.agent = None
         self.steps: list[dict] = []
         if script.episode_log:  # its folder may be its own, outside --output_dir: made before any episode is played
@@ -307,18 +306,12 @@ class EpisodeRollouts:
 
     def _draw_spares(self, process: int, processes: int, step: int) -> list[int]:
         """This step's spare rows, each repeated num_generations times: process p takes spare rows p, p + P, ...
-        (P processes), so no two processes play the same spare. ``step`` is the steps done before this one: a run
-        resumed in a new process draws on from where the steps before it left the pool, never from its start."""
-        g, n = self.cfg.num_generations, len(self.episodes)
-        self.spares_used = max(self.spares_used, step * self.script.spare_groups)
-        out = []
-        for _ in range(self.script.spare_groups):
-            j = process + processes * self.spares_used
-            if j >= len(self.spares):
-                break  # the pool is sized for max_steps; a longer run plays without spares
-            self.spares_used += 1
-            out += [n + j] * g
-        return out
+        (P processes), so no two processes play the same spare. ``step`` is the steps done before this one (one
+        draw a step), so a run resumed in a new process draws on from where its steps left the pool."""
+        g, n, k = self.cfg.num_generations, len(self.episodes), self.script.spare_groups
+        drawn = (process + processes * i for i in range(step * k, (step + 1) * k))
+        # the pool is sized for max_steps; a longer run plays without spares
+        return [n + j for j in drawn if j < len(self.spares) for _ in range(g)]
 
 
 def replace_flat_groups(rows: list[int], records: list, spare_rows: list[int], spare_records: list,
@@ -625,7 +618,7 @@ class StopAtStep(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         n = self.run.script.stop_at_step
-        if state.global_step >= n and state.global_step < state.max_steps:
+        if n <= state.global_step < state.max_steps:
             control.should_training_stop = True
             self.run.stopped = {"reason": f"--stop_at_step {n}", "at_step": state.global_step,
                                 "elapsed_s": round(time.perf_counter() - self.run.start, 1)}
