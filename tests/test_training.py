@@ -289,6 +289,59 @@ def test_the_smollm2_pipeline_trains_from_an_sft_adapter_on_1500_episodes_and_ev
     assert no_seller.returncode == 2 and "--seller-model" in no_seller.stderr, "study (d) would drop from the table"
 
 
+def test_the_smollm2_pipeline_runs_a_whole_grpo_recipe_as_begun_and_ships_it_with_its_sft_start(tmp_path, capsys):
+    """``--grpo-recipe``: the GRPO stage is the recipe run exactly as ``grpo.py --config RECIPE`` (so a run begun by
+    hand resumes), its start is the SFT buyer evaluated and its output the GRPO buyer, and a recipe that trains on
+    what the evaluations hold out, or does not name the whole run, is refused. The shipped card names the SFT
+    start's curve, and PROVENANCE.md its command, read from that curve."""
+    import yaml
+
+    from training import pipeline
+    recipe = "training/recipes/smollm2/grpo9.yaml"
+    run = yaml.safe_load((ROOT / recipe).read_text())
+    plan = dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full", grpo_recipe=recipe))
+    assert list(plan) == ["grpo", "evaluate", "before_after", "generalisation", "join_evaluate", "join_generalisation"]
+    assert plan["grpo"] == ["training/grpo.py", "--config", recipe]
+    ev = plan["evaluate"]
+    buyers = dict(b.split("=", 1) for b in ev[ev.index("--buyer_models") + 1].split(","))
+    assert buyers["smollm2_sft"] == run["model_name_or_path"]
+    assert buyers["smollm2_grpo"] == str(Path(run["output_dir"]) / "final")
+    assert pipeline.fresh_or_resume(plan["grpo"], " ".join(plan["grpo"])) == ""  # nothing moved aside: it resumes
+    with pytest.raises(ValueError, match="not the start"):
+        pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full", sft_from="elsewhere", grpo_recipe=recipe)
+    for change, match in (({"sellers": run["sellers"] + "," + pipeline.HELD_OUT_SELLER}, "held out"),
+                          ({"scenarios": "builtin"}, "not 'builtin\\+synthetic'"),
+                          ({"curve": "runs/curve.json"}, "outside artifacts"), ({"output_dir": None}, "output_dir")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump({**run, **change}))
+        with pytest.raises(ValueError, match=match):
+            pipeline.grpo_recipe_run(bad)
+    with pytest.raises(SystemExit):
+        pipeline.main(["--grpo-recipe", recipe])  # the tiny model trains with its own stages
+    assert "--grpo-recipe is for --model smollm2-135m" in capsys.readouterr().err
+    # a recipe's command names no --curve: its segments are read from the curve the recipe names
+    curve, sft_curve = tmp_path / "grpo_curve.json", tmp_path / "sft_curve.json"
+    curve.write_text(json.dumps({"provenance": {"segments": [{"wall_time_s": 3600.0, "machine": "host A"},
+                                                             {"wall_time_s": 1800.0, "machine": "host B"}]}}))
+    whole_run = tmp_path / "whole.yaml"
+    whole_run.write_text(yaml.safe_dump({**run, "curve": str(curve)}))
+    grpo = {"stage": "grpo", "command": f"python training/grpo.py --config {whole_run}", "wall_time_s": 1800.0,
+            "hardware": "host B"}
+    assert pipeline.with_segments(grpo)["wall_time_s"] == 5400.0
+    sft_command = "python training/sft.py --teacher steady --games 1600 --output_dir runs/x"
+    sft_curve.write_text(json.dumps({"provenance": {"command": sft_command, "wall_time_s": 3240.0,
+                                                    "machine": "host C"}}))
+    final = tmp_path / "final"
+    final.mkdir()
+    (final / "adapter_config.json").write_text("{}")
+    pipeline.ship_adapter(final, tmp_path / "ship", [grpo], (str(sft_curve), str(curve)))
+    card = json.loads((tmp_path / "ship" / "card.json").read_text())
+    assert card["curves"] == [str(sft_curve), str(curve)] and card["eval_buyer"] == "smollm2_grpo"
+    made = (tmp_path / "ship" / "PROVENANCE.md").read_text()
+    assert f"{sft_command}  # sft: the last process 0.9 h on host C" in made and "# grpo: 1.5 h on host A; host B" in made
+    assert (tmp_path / "ship" / "adapter_config.json").is_file()
+
+
 @pytest.mark.slow
 def test_an_rl_run_resumed_in_another_process_keeps_its_whole_curve(tiny_dir, tmp_path):
     """A GRPO run stopped after a checkpoint and resumed by a new process (another session, another machine):

@@ -25,6 +25,15 @@ tiny buyers' (the ``join_*`` stages: same episodes, checked):
     nohup python training/pipeline.py --model smollm2-135m --preset full --sft-from artifacts/checkpoints/sft-smollm2 \
         --seller-model artifacts/checkpoints/sft-smollm2-seller --resume-across-code > runs/smollm2.log 2>&1 &
 
+``--grpo-recipe`` makes the GRPO stage a whole recipe instead (its start, size, output folder and curve), run
+exactly as ``python training/grpo.py --config RECIPE``: a run begun by hand with that command is resumed and
+finished by the pipeline, evaluated (its start as the SFT buyer) and shipped; ``--sft-curve`` names its start's
+training curve for the card:
+
+    nohup python training/pipeline.py --model smollm2-135m --preset full \
+        --grpo-recipe training/recipes/smollm2/grpo9.yaml --sft-curve probes/sft_steady1600_smollm2_training_curve.json \
+        --seller-model artifacts/checkpoints/sft-smollm2-seller --resume-across-code > runs/smollm2.log 2>&1 &
+
 ``--env market`` trains lab 0 of the GPU market instead (``market_stages``): SFT on the market expert's games,
 GRPO with the environment's reward, and the untrained, SFT and GRPO labs evaluated beside every scripted policy
 on the same held-out seeds; with SmolLM2's full preset the rows join ``artifacts/eval_market.json`` and the
@@ -135,28 +144,67 @@ def stages(work: Path, art: Path, smoke: bool, eval_scenarios: str, preset: str 
     return [(name, cmd) for name, cmd in plan if name not in skip]
 
 
+def grpo_recipe_run(recipe: str | Path) -> dict:
+    """What a whole GRPO recipe (``--grpo-recipe``: one that names its start, output folder and curve) trains, checked
+    against what the pipeline's evaluations assume: its ``model_name_or_path`` (the SFT start), ``output_dir``,
+    ``curve``, and the training distribution every stage shares (``TRAIN_SCENARIOS``, the held-out persona left
+    out). Raises ValueError naming what is missing or differs."""
+    path = Path(recipe)
+    try:
+        run = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"--grpo-recipe {recipe}: cannot read it ({exc})") from exc
+    if not isinstance(run, dict):
+        raise ValueError(f"--grpo-recipe {recipe}: not a mapping of option to value")
+    missing = [k for k in ("model_name_or_path", "output_dir", "curve", "sellers", "scenarios") if not run.get(k)]
+    if missing:
+        raise ValueError(f"--grpo-recipe {recipe} must name {', '.join(missing)} (the run it is, whole)")
+    sellers = [s.strip() for s in str(run["sellers"]).split(",")]
+    if HELD_OUT_SELLER in sellers:
+        raise ValueError(f"--grpo-recipe {recipe} trains against {HELD_OUT_SELLER}, the seller held out for "
+                         "generalisation study (b)")
+    if not Path(str(run["curve"])).parts[:1] == ("artifacts",):
+        raise ValueError(f"--grpo-recipe {recipe} writes its curve to {run['curve']}, outside artifacts/ where the "
+                         "Space and the shipped card read it")
+    if str(run["scenarios"]) != TRAIN_SCENARIOS:
+        raise ValueError(f"--grpo-recipe {recipe} trains on {run['scenarios']!r}, not {TRAIN_SCENARIOS!r} as every "
+                         "other stage (the generalisation studies name it as the training source)")
+    return run
+
+
 def smollm2_stages(work: Path, art: Path, preset: str, sft_from: str = "", seller_model: str = "",
-                   skip: frozenset[str] = frozenset()) -> list[tuple[str, list[str]]]:
+                   skip: frozenset[str] = frozenset(), grpo_recipe: str = "") -> list[tuple[str, list[str]]]:
     """The stage commands for SmolLM2-135M-Instruct: LoRA SFT on expert games (left out when ``sft_from``
     names an SFT adapter to start from), GRPO from the SFT adapter (``training/recipes/smollm2/grpo.yaml``),
     then the evaluations of the zero-shot, SFT and GRPO buyers as ``smollm2_*`` rows. The same held-out
     seller persona as the tiny run stays out of SFT and RL. Sizes come from ``smollm2.<preset>`` in the
-    pipeline recipe."""
+    pipeline recipe. ``grpo_recipe`` names a whole GRPO run instead (``grpo_recipe_run``: its start, size,
+    output folder and curve are the recipe's; the SFT stage is left out and its start is the SFT buyer)."""
     from env.bargain.players import SELLERS  # noqa: PLC0415
 
     size = {k: _stage_flags(preset, k, family="smollm2")
             for k in ("sft", "grpo", "evaluate", "generalisation", "before_after")}
     trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
-    sft = Path(sft_from) if sft_from else work / "sft" / "final"
-    models = {"smollm2_base": "smollm2-135m", "smollm2_sft": str(sft), "smollm2_grpo": str(work / "grpo" / "final")}
+    if grpo_recipe:
+        run = grpo_recipe_run(grpo_recipe)
+        if sft_from and Path(sft_from) != Path(run["model_name_or_path"]):
+            raise ValueError(f"--sft-from {sft_from} is not the start --grpo-recipe names "
+                             f"({run['model_name_or_path']})")
+        sft, grpo_out = Path(run["model_name_or_path"]), Path(run["output_dir"])
+        grpo = ["training/grpo.py", "--config", relative(str(grpo_recipe))]
+    else:
+        sft, grpo_out = (Path(sft_from) if sft_from else work / "sft" / "final"), work / "grpo"
+        grpo = ["training/grpo.py", "--config", str(SMOLLM2_RECIPE.relative_to(REPO_ROOT)), *size["grpo"],
+                *trained_sellers, "--scenarios", TRAIN_SCENARIOS, "--model_name_or_path", str(sft),
+                "--output_dir", str(grpo_out), "--episode_log", str(grpo_out / "episodes"),
+                "--curve", str(art / "grpo_smollm2_training_curve.json")]
+    models = {"smollm2_base": "smollm2-135m", "smollm2_sft": str(sft), "smollm2_grpo": str(grpo_out / "final")}
     plan = [
-        *([] if sft_from else [("sft", ["training/sft.py", "--model", "smollm2-135m", *size["sft"], *trained_sellers,
-                                        "--scenarios", TRAIN_SCENARIOS, "--output_dir", str(work / "sft"),
-                                        "--curve", str(art / "sft_smollm2_training_curve.json")])]),
-        ("grpo", ["training/grpo.py", "--config", str(SMOLLM2_RECIPE.relative_to(REPO_ROOT)), *size["grpo"],
-                  *trained_sellers, "--scenarios", TRAIN_SCENARIOS, "--model_name_or_path", str(sft),
-                  "--output_dir", str(work / "grpo"), "--episode_log", str(work / "grpo" / "episodes"),
-                  "--curve", str(art / "grpo_smollm2_training_curve.json")]),
+        *([] if sft_from or grpo_recipe else [
+            ("sft", ["training/sft.py", "--model", "smollm2-135m", *size["sft"], *trained_sellers,
+                     "--scenarios", TRAIN_SCENARIOS, "--output_dir", str(work / "sft"),
+                     "--curve", str(art / "sft_smollm2_training_curve.json")])]),
+        ("grpo", grpo),
         ("evaluate", ["training/evaluate.py", "--scenarios", "builtin", "--buyers", "expert,random_valid",
                       "--buyer_models", ",".join(f"{k}={v}" for k, v in models.items()),
                       "--temperatures", TEMPERATURES, "--greedy_only", "smollm2_base,smollm2_sft", *size["evaluate"],
@@ -311,15 +359,18 @@ def ship_checkpoint(final: Path, ship: Path, done: list[dict]) -> None:
         "the commit and wall time of each stage are in `artifacts/pipeline.json`.\n")
 
 
-def ship_adapter(final: Path, ship: Path, done: list[dict]) -> None:
+def ship_adapter(final: Path, ship: Path, done: list[dict],
+                 curves: tuple[str, str] = ("sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"),
+                 ) -> None:
     """Copy the GRPO LoRA adapter where the Space finds it (its weights as trained: the evaluations are of
-    ``final``, so of these very weights), with a card (the evaluation row the Space shows) and a note of how it
-    was made."""
-    _ship_lora(final, ship, done, {"eval_buyer": "smollm2_grpo", "eval_file": "eval_smollm2.json",
-                                   "curves": ["sft_smollm2_training_curve.json", "grpo_smollm2_training_curve.json"],
-                                   "before_after": "before_after_smollm2.json"},
-               "A LoRA adapter over SmolLM2-135M-Instruct after SFT on expert games and GRPO against the scripted "
-               "seller mix", "--model smollm2-135m",
+    ``final``, so of these very weights), with a card (the evaluation row the Space shows; ``curves``: its SFT and
+    GRPO training curves under ``artifacts/``) and a note of how it was made. An SFT start the pipeline did not
+    train (``--sft-from``) is named by its curve's own recorded command."""
+    sft_made = [] if any(d["stage"] == "sft" for d in done) else _curve_stage("sft", curves[0])
+    _ship_lora(final, ship, [*sft_made, *done], {"eval_buyer": "smollm2_grpo", "eval_file": "eval_smollm2.json",
+                                                 "curves": list(curves), "before_after": "before_after_smollm2.json"},
+               "A LoRA adapter over SmolLM2-135M-Instruct after SFT and GRPO against the scripted seller mix",
+               "--model smollm2-135m",
                "Its evaluations are the `smollm2_grpo` rows of `artifacts/eval_smollm2.json`; each stage's commit, "
                "code and wall time are in `artifacts/pipeline_smollm2.json`.")
 
@@ -332,11 +383,29 @@ def _ship_lora(final: Path, ship: Path, done: list[dict], card: dict, what: str,
         if (final / f).exists():
             shutil.copy2(final / f, ship / f)
     write_json(ship / "card.json", card)
-    made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
+    made = "\n".join(f"    {relative(d['command'])}  # {d['stage']}: {'the last process ' * bool(d.get('last_process_only'))}"
+                     f"{d['wall_time_s'] / 3600:.1f} h on {d['hardware']}"
                      for d in map(with_segments, done) if d["stage"] in ("sft", "grpo"))
     (ship / "PROVENANCE.md").write_text(
         f"# {ship.name}\n\n{what}, copied from `{relative(str(final))}` by `python training/pipeline.py {flags}`. "
         f"Made by:\n\n{made}\n\n{rows}\n")
+
+
+def _curve_stage(stage: str, curve: str) -> list[dict]:
+    """A stage record (command, wall time, hardware) read from a training curve's provenance under ``artifacts/``
+    (every segment when it resumed), for a stage the pipeline did not run; none when the curve says none."""
+    try:
+        prov = json.loads((REPO_ROOT / "artifacts" / curve).read_text())["provenance"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    segments = prov.get("segments") or []
+    wall = sum(seg.get("wall_time_s") or 0 for seg in segments) if segments else prov.get("wall_time_s")
+    machines = list(dict.fromkeys(seg.get("machine") or "an unrecorded machine" for seg in segments)) \
+        or [prov.get("machine") or "an unrecorded machine"]
+    if not prov.get("command") or wall is None:
+        return []
+    return [{"stage": stage, "command": prov["command"], "wall_time_s": wall, "hardware": "; ".join(machines),
+             "last_process_only": not segments}]
 
 
 def with_segments(record: dict) -> dict:
@@ -346,6 +415,12 @@ def with_segments(record: dict) -> dict:
     finishing run's own time stays as ``last_run_wall_time_s``."""
     words = record.get("command", "").split()
     curve = Path(words[words.index("--curve") + 1]) if "--curve" in words[:-1] else None
+    if curve is None and "--config" in words[:-1]:  # a whole recipe (--grpo-recipe) names its curve itself
+        try:
+            named = (yaml.safe_load((REPO_ROOT / words[words.index("--config") + 1]).read_text()) or {}).get("curve")
+        except (OSError, yaml.YAMLError, AttributeError):
+            named = None
+        curve = Path(named) if named else None
     try:
         segments = json.loads((REPO_ROOT / curve).read_text())["provenance"]["segments"] if curve else None
     except (OSError, ValueError, KeyError, TypeError):
@@ -415,6 +490,12 @@ def main(argv: list[str] | None = None) -> dict:
                     "negotiation (the policy is the buyer) or the GPU market (the policy is lab 0; its own stages)")
     ap.add_argument("--sft-from", default="", help="smollm2: start GRPO from this SFT adapter instead of training "
                     "one (e.g. artifacts/checkpoints/sft-smollm2, whose PROVENANCE.md says how it was made)")
+    ap.add_argument("--grpo-recipe", default="", help="smollm2: the GRPO stage is this whole recipe (e.g. "
+                    "training/recipes/smollm2/grpo9.yaml: its start is the SFT buyer evaluated, its output folder "
+                    "and curve are the recipe's, and its size replaces the preset's), run exactly as "
+                    "`python training/grpo.py --config RECIPE`, so a run begun that way is resumed")
+    ap.add_argument("--sft-curve", default="", help="smollm2: the SFT start's training curve under artifacts/, "
+                    "named on the shipped adapter's card (default: sft_smollm2_training_curve.json, the SFT stage's)")
     ap.add_argument("--resume-across-code", action="store_true", help="resume a stage (or keep a finished one) that "
                     "the same command began on other code, instead of starting it again: for runs longer than a "
                     "session, with other work landing in between (the stage record lists each code it ran on)")
@@ -444,8 +525,16 @@ def main(argv: list[str] | None = None) -> dict:
     smollm2, market = a.model != "tiny", a.env == "market"
     if smollm2 and (a.smoke or a.ablation or a.extra_buyers or a.include_rows):
         ap.error("--model smollm2-135m takes none of --smoke, --ablation, --extra-buyers, --include-rows")
-    if a.sft_from and (market or not smollm2):
-        ap.error("--sft-from is for --model smollm2-135m in the bilateral game")
+    for flag, value in (("--sft-from", a.sft_from), ("--grpo-recipe", a.grpo_recipe), ("--sft-curve", a.sft_curve)):
+        if value and (market or not smollm2):
+            ap.error(f"{flag} is for --model smollm2-135m in the bilateral game")
+    if a.sft_curve and not (REPO_ROOT / "artifacts" / a.sft_curve).is_file():
+        ap.error(f"--sft-curve {a.sft_curve}: no such curve under artifacts/")
+    grpo_recipe = relative(str(Path(a.grpo_recipe).resolve())) if a.grpo_recipe else ""
+    try:
+        grpo_run = grpo_recipe_run(REPO_ROOT / grpo_recipe) if grpo_recipe else {}
+    except ValueError as exc:
+        ap.error(str(exc))
     if market and not a.smoke and a.preset not in yaml.safe_load(RECIPE.read_text())[
             "market_tiny" if a.model == "tiny" else "market_smollm2"]:
         ap.error(f"--env market has no {a.preset!r} preset for --model {a.model} (the tiny model's: smoke, default)")
@@ -465,10 +554,13 @@ def main(argv: list[str] | None = None) -> dict:
     if smollm2 and not market and a.preset == "full" and "generalisation" not in skip and not a.seller_model:
         ap.error("--model smollm2-135m --preset full joins the shipped generalisation studies, study (d) included: "
                  "give it the same --seller-model (artifacts/checkpoints/sft-smollm2-seller), or --skip generalisation")
-    plan = market_stages(work, art, a.model, a.preset, a.smoke) if market else \
-        smollm2_stages(work, art, a.preset, a.sft_from, a.seller_model, skip) if smollm2 else \
-        stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
-               a.ablation, skip)
+    try:
+        plan = market_stages(work, art, a.model, a.preset, a.smoke) if market else \
+            smollm2_stages(work, art, a.preset, a.sft_from, a.seller_model, skip, grpo_recipe) if smollm2 else \
+            stages(work, art, a.smoke, a.eval_scenarios, a.preset, a.seller_model, a.extra_buyers, a.include_rows,
+                   a.ablation, skip)
+    except ValueError as exc:
+        ap.error(str(exc))
     only = {x for x in a.only.split(",") if x}
     if only - {n for n, _ in plan}:
         ap.error(f"--only takes stages from {', '.join(n for n, _ in plan)}")
@@ -501,15 +593,19 @@ def main(argv: list[str] | None = None) -> dict:
                      "hardware": machine(), "commit": started_at, "commit_at_end": git_commit(), "code": code})
         finished[name] = done[-1]
         write_json(state_path, finished)
-    final = work / "grpo" / "final"
+    final = REPO_ROOT / grpo_run["output_dir"] / "final" if grpo_run else work / "grpo" / "final"
     if market:
         if final.exists() and smollm2 and a.preset in MARKET_SHIPPED:
             ship_market_adapter(final, art / "checkpoints" / "grpo-smollm2-market", done)
     elif final.exists() and smollm2:
-        ship_adapter(final, art / "checkpoints" / "grpo-smollm2", done)
+        curves = [a.sft_curve or "sft_smollm2_training_curve.json",
+                  str(Path(grpo_run["curve"]).relative_to("artifacts")) if grpo_run
+                  else "grpo_smollm2_training_curve.json"]
+        ship_adapter(final, art / "checkpoints" / "grpo-smollm2", done, curves)
     elif final.exists() and not a.smoke:
         ship_checkpoint(final, art / "checkpoints" / "grpo-tiny", done)
-    result = {"provenance": provenance({"model": a.model, "env": a.env, "sft_from": a.sft_from, "smoke": a.smoke, "preset": a.preset,
+    result = {"provenance": provenance({"model": a.model, "env": a.env, "sft_from": a.sft_from,
+                                        "grpo_recipe": grpo_recipe, "sft_curve": a.sft_curve, "smoke": a.smoke, "preset": a.preset,
                                         "workdir": str(work), "resume_across_code": a.resume_across_code,
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
