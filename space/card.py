@@ -71,7 +71,8 @@ def card_facts(folder: str | Path) -> dict:
         facts["training"].append({
             "curve": name, "command": F.relative(prov.get("command")), "steps": max((p.get("step", 0) for p in points), default=0),
             "games": script.get("games") if not rl else None, "episodes": episodes or None,
-            "cloned": "scripted sellers'" if script.get("role") == "seller" else "expert",
+            "cloned": "scripted sellers'" if script.get("role") == "seller" else
+                      "expert" if script.get("teacher", "expert") == "expert" else f"scripted {script['teacher']} buyer's",
             "scenarios": script.get("scenarios"), "sellers": script.get("sellers"), "env": script.get("env"),
             "tasks": script.get("tasks"),
             "wall_time_s": prov.get("wall_time_s"), "machine": prov.get("machine"), "commit": prov.get("commit"),
@@ -116,7 +117,7 @@ def model_card(folder: str | Path, title: str = "The model in the model seat") -
                 f"{t['episodes']:,} episodes against the live environment" if t["episodes"] else "")
         data = (f"market tasks: {t['tasks']}, training seeds" if t.get("env") == "market" else
                 f"{t['scenarios'] or '?'} train split, sellers: {t['sellers'] or '?'}")
-        lines.append(f"- {t['curve'].split('_training_curve')[0]}: {t['steps']} steps, {what} ({data}), "
+        lines.append(f"- {t['curve'].split('/')[-1].split('_training_curve')[0]}: {t['steps']} steps, {what} ({data}), "
                      f"{(t['wall_time_s'] or 0) / 60:.0f} min on {t['machine']}; commit `{(t['commit'] or '?')[:12]}`; "
                      f"`{t['command']}`")
     r = f["evaluation"]

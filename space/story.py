@@ -44,7 +44,7 @@ def _hardware(machine: str | None) -> str:
 
 
 def _stage(t: dict) -> str:
-    return t["curve"].split("_training_curve")[0].split("_")[0]
+    return t["curve"].split("/")[-1].split("_training_curve")[0].split("_")[0].rstrip("0123456789")  # grpo9_... -> grpo
 
 
 def _stage_text(t: dict) -> str:

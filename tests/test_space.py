@@ -246,6 +246,23 @@ def test_every_artifact_is_listed_with_provenance():
             assert row["command"] and row["commit"], f"{name} lacks provenance"
 
 
+def test_a_card_names_the_scripted_teacher_its_sft_cloned_and_each_stage_by_its_kind(tmp_path):
+    """A start cloned from another scripted buyer than the expert (``sft.py --teacher steady``) says whose games; a
+    numbered run's curve (``grpo9_...``) and one in a sub-folder of artifacts/ read as their stage."""
+    from space.card import card_facts, model_card
+    from space.story import _stage
+    (tmp_path / "card.json").write_text(json.dumps({"curves": ["probes/sft_steady1600_smollm2_training_curve.json",
+                                                                "grpo_smollm2_training_curve.json"]}))
+    sft, grpo = card_facts(tmp_path)["training"]
+    assert sft["games"] == 1600 and sft["cloned"] == "scripted steady buyer's" and sft["command"]
+    assert grpo["games"] is None and grpo["episodes"]
+    assert "1,600 scripted steady buyer's games" in model_card(tmp_path)
+    assert "- sft_steady1600_smollm2: " in model_card(tmp_path)
+    assert [_stage(sft), _stage(grpo)] == ["sft", "grpo"]
+    assert [_stage({"curve": c}) for c in ("grpo9_smollm2_training_curve.json", "probes/sdpo2_training_curve.json")] == [
+        "grpo", "sdpo"]
+
+
 def test_model_cards_say_what_plays_from_the_files_alone():
     from space import figures as F
     from space.card import card_facts, model_card

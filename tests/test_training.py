@@ -289,11 +289,12 @@ def test_the_smollm2_pipeline_trains_from_an_sft_adapter_on_1500_episodes_and_ev
     assert no_seller.returncode == 2 and "--seller-model" in no_seller.stderr, "study (d) would drop from the table"
 
 
-def test_the_smollm2_pipeline_runs_a_whole_grpo_recipe_as_begun_and_ships_it_with_its_sft_start(tmp_path, capsys):
+def test_the_smollm2_pipeline_runs_a_whole_grpo_recipe_as_begun_and_ships_it_with_its_sft_start(tmp_path, capsys,
+                                                                                                   monkeypatch):
     """``--grpo-recipe``: the GRPO stage is the recipe run exactly as ``grpo.py --config RECIPE`` (so a run begun by
-    hand resumes), its start is the SFT buyer evaluated and its output the GRPO buyer, and a recipe that trains on
-    what the evaluations hold out, or does not name the whole run, is refused. The shipped card names the SFT
-    start's curve, and PROVENANCE.md its command, read from that curve."""
+    hand resumes: its folder is never moved aside), its start is the SFT buyer evaluated and its output the GRPO
+    buyer. A recipe, or an SFT start (its ``--sft-curve``), that trained on what the evaluations hold out is
+    refused. The shipped card names the start's curve, and PROVENANCE.md its command, read from that curve."""
     import yaml
 
     from training import pipeline
@@ -306,21 +307,52 @@ def test_the_smollm2_pipeline_runs_a_whole_grpo_recipe_as_begun_and_ships_it_wit
     buyers = dict(b.split("=", 1) for b in ev[ev.index("--buyer_models") + 1].split(","))
     assert buyers["smollm2_sft"] == run["model_name_or_path"]
     assert buyers["smollm2_grpo"] == str(Path(run["output_dir"]) / "final")
-    assert pipeline.fresh_or_resume(plan["grpo"], " ".join(plan["grpo"])) == ""  # nothing moved aside: it resumes
     with pytest.raises(ValueError, match="not the start"):
         pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full", sft_from="elsewhere", grpo_recipe=recipe)
+    # a run begun by hand (checkpoints, no pipeline mark) is resumed, not moved aside
+    begun = tmp_path / "begun.yaml"
+    begun.write_text(yaml.safe_dump({**run, "output_dir": str(tmp_path / "grpo-run")}))
+    (tmp_path / "grpo-run" / "checkpoint-18").mkdir(parents=True)
+    cmd = dict(pipeline.smollm2_stages(tmp_path, tmp_path / "art", "full", grpo_recipe=str(begun)))["grpo"]
+    pipeline.fresh_or_resume(cmd, " ".join(cmd), code="other code")
+    assert (tmp_path / "grpo-run" / "checkpoint-18").is_dir()
     for change, match in (({"sellers": run["sellers"] + "," + pipeline.HELD_OUT_SELLER}, "held out"),
                           ({"scenarios": "builtin"}, "not 'builtin\\+synthetic'"),
-                          ({"curve": "runs/curve.json"}, "outside artifacts"), ({"output_dir": None}, "output_dir")):
+                          ({"curve": "runs/curve.json"}, "outside artifacts"),
+                          ({"curve": "artifacts/../curve.json"}, "outside artifacts"), ({"output_dir": None}, "output_dir")):
         bad = tmp_path / "bad.yaml"
         bad.write_text(yaml.safe_dump({**run, **change}))
         with pytest.raises(ValueError, match=match):
             pipeline.grpo_recipe_run(bad)
-    with pytest.raises(SystemExit):
-        pipeline.main(["--grpo-recipe", recipe])  # the tiny model trains with its own stages
-    assert "--grpo-recipe is for --model smollm2-135m" in capsys.readouterr().err
+    # the start's own curve: this start's, on the training distribution, the held-out persona left out
+    good = {"provenance": {"command": "python training/sft.py --teacher steady --games 1600", "wall_time_s": 3240.0,
+                           "machine": "host C", "config": {"checkpoint": "runs/start/final", "script": {
+                               "sellers": run["sellers"], "scenarios": pipeline.TRAIN_SCENARIOS}}}}
+    (tmp_path / "artifacts").mkdir()
+    for name, change, match in (("good", {}, None), ("other", {"checkpoint": "runs/other/final"}, "not of the start"),
+                                ("all", {"script": {"sellers": "all", "scenarios": pipeline.TRAIN_SCENARIOS}},
+                                 pipeline.HELD_OUT_SELLER),
+                                ("builtin", {"script": {"sellers": run["sellers"], "scenarios": "builtin"}}, "builtin")):
+        curve = {"provenance": {**good["provenance"], "config": {**good["provenance"]["config"], **change}}}
+        (tmp_path / "artifacts" / f"{name}.json").write_text(json.dumps(curve))
+        monkeypatch.setattr(pipeline, "REPO_ROOT", tmp_path)
+        if match is None:
+            assert pipeline.check_sft_start(f"{name}.json", "runs/start/final")["scenarios"] == pipeline.TRAIN_SCENARIOS
+        else:
+            with pytest.raises(ValueError, match=match):
+                pipeline.check_sft_start(f"{name}.json", "runs/start/final")
+        monkeypatch.undo()
+    with pytest.raises(ValueError, match=pipeline.HELD_OUT_SELLER):  # the steady student first trained: every seller
+        pipeline.check_sft_start("probes/sft_steady1600_smollm2_training_curve.json", "runs/smollm2/sft_steady1600/final")
+    for argv, said in ((["--grpo-recipe", recipe], "--grpo-recipe is for --model smollm2-135m"),
+                       (["--model", "smollm2-135m", "--grpo-recipe", recipe], "needs --sft-curve"),
+                       (["--model", "smollm2-135m", "--grpo-recipe", recipe, "--sft-curve", "/etc/hostname"],
+                        "no such curve under artifacts/")):
+        with pytest.raises(SystemExit):
+            pipeline.main(argv)
+        assert said in capsys.readouterr().err
     # a recipe's command names no --curve: its segments are read from the curve the recipe names
-    curve, sft_curve = tmp_path / "grpo_curve.json", tmp_path / "sft_curve.json"
+    curve = tmp_path / "artifacts" / "grpo_curve.json"
     curve.write_text(json.dumps({"provenance": {"segments": [{"wall_time_s": 3600.0, "machine": "host A"},
                                                              {"wall_time_s": 1800.0, "machine": "host B"}]}}))
     whole_run = tmp_path / "whole.yaml"
@@ -328,18 +360,20 @@ def test_the_smollm2_pipeline_runs_a_whole_grpo_recipe_as_begun_and_ships_it_wit
     grpo = {"stage": "grpo", "command": f"python training/grpo.py --config {whole_run}", "wall_time_s": 1800.0,
             "hardware": "host B"}
     assert pipeline.with_segments(grpo)["wall_time_s"] == 5400.0
-    sft_command = "python training/sft.py --teacher steady --games 1600 --output_dir runs/x"
-    sft_curve.write_text(json.dumps({"provenance": {"command": sft_command, "wall_time_s": 3240.0,
-                                                    "machine": "host C"}}))
     final = tmp_path / "final"
     final.mkdir()
     (final / "adapter_config.json").write_text("{}")
-    pipeline.ship_adapter(final, tmp_path / "ship", [grpo], (str(sft_curve), str(curve)))
+    monkeypatch.setattr(pipeline, "REPO_ROOT", tmp_path)
+    pipeline.ship_adapter(final, tmp_path / "ship", [grpo], ("good.json", "grpo_curve.json"))
     card = json.loads((tmp_path / "ship" / "card.json").read_text())
-    assert card["curves"] == [str(sft_curve), str(curve)] and card["eval_buyer"] == "smollm2_grpo"
+    assert card["curves"] == ["good.json", "grpo_curve.json"] and card["eval_buyer"] == "smollm2_grpo"
     made = (tmp_path / "ship" / "PROVENANCE.md").read_text()
-    assert f"{sft_command}  # sft: the last process 0.9 h on host C" in made and "# grpo: 1.5 h on host A; host B" in made
-    assert (tmp_path / "ship" / "adapter_config.json").is_file()
+    assert "python training/sft.py --teacher steady --games 1600  # sft: the last process 0.9 h on host C" in made
+    assert "# grpo: 1.5 h on host A; host B" in made and (tmp_path / "ship" / "adapter_config.json").is_file()
+    sft_ran = {"stage": "sft", "command": "python training/sft.py --games 400", "wall_time_s": 360.0, "hardware": "h"}
+    pipeline.ship_adapter(final, tmp_path / "ship", [sft_ran, grpo], ("good.json", "grpo_curve.json"))
+    made = (tmp_path / "ship" / "PROVENANCE.md").read_text()  # the stage the pipeline ran, not the curve's
+    assert "--games 400  # sft: 0.1 h on h" in made and "--games 1600" not in made
 
 
 @pytest.mark.slow

@@ -27,11 +27,12 @@ tiny buyers' (the ``join_*`` stages: same episodes, checked):
 
 ``--grpo-recipe`` makes the GRPO stage a whole recipe instead (its start, size, output folder and curve), run
 exactly as ``python training/grpo.py --config RECIPE``: a run begun by hand with that command is resumed and
-finished by the pipeline, evaluated (its start as the SFT buyer) and shipped; ``--sft-curve`` names its start's
-training curve for the card:
+finished by the pipeline, evaluated (its start as the SFT buyer) and shipped. ``--sft-curve`` names its start's
+training curve (under artifacts/), which must be that start's and played on the training distribution with the
+held-out persona left out, as the recipe itself:
 
     nohup python training/pipeline.py --model smollm2-135m --preset full \
-        --grpo-recipe training/recipes/smollm2/grpo9.yaml --sft-curve probes/sft_steady1600_smollm2_training_curve.json \
+        --grpo-recipe training/recipes/smollm2/grpo10.yaml --sft-curve sft_steady_smollm2_training_curve.json \
         --seller-model artifacts/checkpoints/sft-smollm2-seller --resume-across-code > runs/smollm2.log 2>&1 &
 
 ``--env market`` trains lab 0 of the GPU market instead (``market_stages``): SFT on the market expert's games,
@@ -163,13 +164,48 @@ def grpo_recipe_run(recipe: str | Path) -> dict:
     if HELD_OUT_SELLER in sellers:
         raise ValueError(f"--grpo-recipe {recipe} trains against {HELD_OUT_SELLER}, the seller held out for "
                          "generalisation study (b)")
-    if not Path(str(run["curve"])).parts[:1] == ("artifacts",):
+    if artifact_name(run["curve"], REPO_ROOT) is None:
         raise ValueError(f"--grpo-recipe {recipe} writes its curve to {run['curve']}, outside artifacts/ where the "
                          "Space and the shipped card read it")
     if str(run["scenarios"]) != TRAIN_SCENARIOS:
         raise ValueError(f"--grpo-recipe {recipe} trains on {run['scenarios']!r}, not {TRAIN_SCENARIOS!r} as every "
                          "other stage (the generalisation studies name it as the training source)")
     return run
+
+
+def artifact_name(path: str | Path, base: Path) -> str | None:
+    """``path`` (relative to ``base``, or absolute) as a name under the repository's ``artifacts/``, as the Space
+    reads artifacts (``space.figures.read_artifact``); None when it points outside."""
+    full = (base / path).resolve()
+    try:
+        return str(full.relative_to((REPO_ROOT / "artifacts").resolve()))
+    except ValueError:
+        return None
+
+
+def check_sft_start(curve: str, start: str | Path) -> dict:
+    """The SFT start's training curve (a name under ``artifacts/``) checked against what the evaluations assume of
+    a buyer: that it is this start's curve (its recorded checkpoint is ``start``) and that its games were played on
+    the pipeline's training distribution, the held-out seller persona left out (study (b) holds it out of every
+    stage). Returns the curve's script config; raises ValueError naming what differs."""
+    try:
+        prov = json.loads((REPO_ROOT / "artifacts" / curve).read_text())["provenance"]
+        config = prov["config"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--sft-curve {curve}: not a training curve with provenance under artifacts/") from exc
+    script = config.get("script") or {}
+    if Path(str(config.get("checkpoint"))) != Path(start):
+        raise ValueError(f"--sft-curve {curve} is the curve of {config.get('checkpoint')}, not of the start {start}")
+    from env.bargain.players import SELLERS  # noqa: PLC0415
+
+    sellers = SELLERS if script.get("sellers") in (None, "all") else [s.strip() for s in script["sellers"].split(",")]
+    if HELD_OUT_SELLER in sellers:
+        raise ValueError(f"--sft-curve {curve}: the start was trained against {HELD_OUT_SELLER}, the seller "
+                         "generalisation study (b) holds out of every stage")
+    if script.get("scenarios") != TRAIN_SCENARIOS:
+        raise ValueError(f"--sft-curve {curve}: the start was trained on {script.get('scenarios')!r}, not "
+                         f"{TRAIN_SCENARIOS!r} as every other stage")
+    return script
 
 
 def smollm2_stages(work: Path, art: Path, preset: str, sft_from: str = "", seller_model: str = "",
@@ -186,7 +222,7 @@ def smollm2_stages(work: Path, art: Path, preset: str, sft_from: str = "", selle
             for k in ("sft", "grpo", "evaluate", "generalisation", "before_after")}
     trained_sellers = ["--sellers", ",".join(n for n in SELLERS if n != HELD_OUT_SELLER)]
     if grpo_recipe:
-        run = grpo_recipe_run(grpo_recipe)
+        run = grpo_recipe_run(REPO_ROOT / grpo_recipe)
         if sft_from and Path(sft_from) != Path(run["model_name_or_path"]):
             raise ValueError(f"--sft-from {sft_from} is not the start --grpo-recipe names "
                              f"({run['model_name_or_path']})")
@@ -528,11 +564,17 @@ def main(argv: list[str] | None = None) -> dict:
     for flag, value in (("--sft-from", a.sft_from), ("--grpo-recipe", a.grpo_recipe), ("--sft-curve", a.sft_curve)):
         if value and (market or not smollm2):
             ap.error(f"{flag} is for --model smollm2-135m in the bilateral game")
-    if a.sft_curve and not (REPO_ROOT / "artifacts" / a.sft_curve).is_file():
+    sft_curve = artifact_name(a.sft_curve, REPO_ROOT / "artifacts") if a.sft_curve else ""
+    if sft_curve is None or (sft_curve and not (REPO_ROOT / "artifacts" / sft_curve).is_file()):
         ap.error(f"--sft-curve {a.sft_curve}: no such curve under artifacts/")
+    if a.grpo_recipe and not a.sft_curve:
+        ap.error("--grpo-recipe needs --sft-curve: the training curve of the start it names (checked, and shown on "
+                 "the shipped card)")
     grpo_recipe = relative(str(Path(a.grpo_recipe).resolve())) if a.grpo_recipe else ""
     try:
         grpo_run = grpo_recipe_run(REPO_ROOT / grpo_recipe) if grpo_recipe else {}
+        if grpo_run:
+            check_sft_start(sft_curve, grpo_run["model_name_or_path"])
     except ValueError as exc:
         ap.error(str(exc))
     if market and not a.smoke and a.preset not in yaml.safe_load(RECIPE.read_text())[
@@ -598,14 +640,13 @@ def main(argv: list[str] | None = None) -> dict:
         if final.exists() and smollm2 and a.preset in MARKET_SHIPPED:
             ship_market_adapter(final, art / "checkpoints" / "grpo-smollm2-market", done)
     elif final.exists() and smollm2:
-        curves = [a.sft_curve or "sft_smollm2_training_curve.json",
-                  str(Path(grpo_run["curve"]).relative_to("artifacts")) if grpo_run
-                  else "grpo_smollm2_training_curve.json"]
+        curves = [sft_curve or "sft_smollm2_training_curve.json",
+                  artifact_name(grpo_run["curve"], REPO_ROOT) if grpo_run else "grpo_smollm2_training_curve.json"]
         ship_adapter(final, art / "checkpoints" / "grpo-smollm2", done, curves)
     elif final.exists() and not a.smoke:
         ship_checkpoint(final, art / "checkpoints" / "grpo-tiny", done)
     result = {"provenance": provenance({"model": a.model, "env": a.env, "sft_from": a.sft_from,
-                                        "grpo_recipe": grpo_recipe, "sft_curve": a.sft_curve, "smoke": a.smoke, "preset": a.preset,
+                                        "grpo_recipe": grpo_recipe, "sft_curve": sft_curve, "smoke": a.smoke, "preset": a.preset,
                                         "workdir": str(work), "resume_across_code": a.resume_across_code,
                                         "eval_scenarios": a.eval_scenarios, "held_out_seller": HELD_OUT_SELLER,
                                         "temperatures": TEMPERATURES, "seller_model": a.seller_model,
