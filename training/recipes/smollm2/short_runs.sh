@@ -11,8 +11,8 @@
 # PARALLEL=1 starts every variant at once (a GPU machine: recipes/smollm2/lent_gpu_short.sh), each logging to
 # RUN_ROOT/<name>.log; EXTRA_FLAGS go to every variant; START, RUN_ROOT and CURVES (the curves' folder and
 # name prefix) move what the runs read and write; CONFIG names the recipe the variants share. Branches of a long run
-# keep its rows step for step with its --max_steps and --stop_at_step, e.g. the steady student's (grpo9.yaml):
-#   CONFIG=training/recipes/smollm2/grpo9.yaml START=runs/smollm2/sft_steady1600/final STEPS=160 \
+# keep its rows step for step with its --max_steps and --stop_at_step, e.g. the steady student's (grpo10.yaml):
+#   CONFIG=training/recipes/smollm2/grpo10.yaml START=runs/smollm2/sft_steady_heldout/final STEPS=160 \
 #   EXTRA_FLAGS="--stop_at_step 8" RUN_ROOT=runs/grpo10-short CURVES=artifacts/probes/grpo10_short \
 #   RUNS="lr2e5 beta004 t04" bash training/recipes/smollm2/short_runs.sh
 set -euo pipefail
