@@ -160,17 +160,25 @@ def grpo_recipe_run(recipe: str | Path) -> dict:
     missing = [k for k in ("model_name_or_path", "output_dir", "curve", "sellers", "scenarios") if not run.get(k)]
     if missing:
         raise ValueError(f"--grpo-recipe {recipe} must name {', '.join(missing)} (the run it is, whole)")
-    sellers = [s.strip() for s in str(run["sellers"]).split(",")]
-    if HELD_OUT_SELLER in sellers:
-        raise ValueError(f"--grpo-recipe {recipe} trains against {HELD_OUT_SELLER}, the seller held out for "
-                         "generalisation study (b)")
     if artifact_name(run["curve"], REPO_ROOT) is None:
         raise ValueError(f"--grpo-recipe {recipe} writes its curve to {run['curve']}, outside artifacts/ where the "
                          "Space and the shipped card read it")
-    if str(run["scenarios"]) != TRAIN_SCENARIOS:
-        raise ValueError(f"--grpo-recipe {recipe} trains on {run['scenarios']!r}, not {TRAIN_SCENARIOS!r} as every "
-                         "other stage (the generalisation studies name it as the training source)")
+    _check_training_distribution(f"--grpo-recipe {recipe}", run["sellers"], run["scenarios"])
     return run
+
+
+def _check_training_distribution(what: str, sellers, scenarios) -> None:
+    """Raise ValueError when a stage's ``sellers`` (a comma list, or ``all``/None for every persona) include the
+    held-out persona, or its ``scenarios`` are not ``TRAIN_SCENARIOS``: what every stage trains on, and what the
+    generalisation studies name as the training source and hold out."""
+    from env.bargain.players import SELLERS  # noqa: PLC0415
+
+    played = SELLERS if sellers in (None, "all") else [s.strip() for s in str(sellers).split(",")]
+    if HELD_OUT_SELLER in played:
+        raise ValueError(f"{what}: trained against {HELD_OUT_SELLER}, the seller held out of every stage for "
+                         "generalisation study (b)")
+    if str(scenarios) != TRAIN_SCENARIOS:
+        raise ValueError(f"{what}: trained on {scenarios!r}, not {TRAIN_SCENARIOS!r} as every other stage")
 
 
 def artifact_name(path: str | Path, base: Path) -> str | None:
@@ -196,15 +204,7 @@ def check_sft_start(curve: str, start: str | Path) -> dict:
     script = config.get("script") or {}
     if Path(str(config.get("checkpoint"))) != Path(start):
         raise ValueError(f"--sft-curve {curve} is the curve of {config.get('checkpoint')}, not of the start {start}")
-    from env.bargain.players import SELLERS  # noqa: PLC0415
-
-    sellers = SELLERS if script.get("sellers") in (None, "all") else [s.strip() for s in script["sellers"].split(",")]
-    if HELD_OUT_SELLER in sellers:
-        raise ValueError(f"--sft-curve {curve}: the start was trained against {HELD_OUT_SELLER}, the seller "
-                         "generalisation study (b) holds out of every stage")
-    if script.get("scenarios") != TRAIN_SCENARIOS:
-        raise ValueError(f"--sft-curve {curve}: the start was trained on {script.get('scenarios')!r}, not "
-                         f"{TRAIN_SCENARIOS!r} as every other stage")
+    _check_training_distribution(f"--sft-curve {curve}: the start", script.get("sellers"), script.get("scenarios"))
     return script
 
 
@@ -428,20 +428,17 @@ def _ship_lora(final: Path, ship: Path, done: list[dict], card: dict, what: str,
 
 
 def _curve_stage(stage: str, curve: str) -> list[dict]:
-    """A stage record (command, wall time, hardware) read from a training curve's provenance under ``artifacts/``
-    (every segment when it resumed), for a stage the pipeline did not run; none when the curve says none."""
+    """A stage record (command, wall time, hardware) read from a training curve's provenance under ``artifacts/``,
+    for a stage the pipeline did not run (``with_segments`` makes it the whole run's when it resumed); none when
+    the curve says none."""
     try:
         prov = json.loads((REPO_ROOT / "artifacts" / curve).read_text())["provenance"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    segments = prov.get("segments") or []
-    wall = sum(seg.get("wall_time_s") or 0 for seg in segments) if segments else prov.get("wall_time_s")
-    machines = list(dict.fromkeys(seg.get("machine") or "an unrecorded machine" for seg in segments)) \
-        or [prov.get("machine") or "an unrecorded machine"]
-    if not prov.get("command") or wall is None:
+    if not prov.get("command") or prov.get("wall_time_s") is None:
         return []
-    return [{"stage": stage, "command": prov["command"], "wall_time_s": wall, "hardware": "; ".join(machines),
-             "last_process_only": not segments}]
+    return [{"stage": stage, "command": prov["command"], "wall_time_s": prov["wall_time_s"],
+             "hardware": prov.get("machine") or "an unrecorded machine", "last_process_only": not prov.get("segments")}]
 
 
 def with_segments(record: dict) -> dict:
