@@ -1147,6 +1147,55 @@ def test_flat_groups_are_replaced_by_spare_groups_that_carry_signal():
     assert same == rows and [r.reward for r in none] == rewards
 
 
+def test_spares_on_demand_play_only_as_many_groups_as_are_flat_and_replace_as_one_round_would():
+    """--spares_on_demand: the step's groups are played first, then rounds of spare groups, each as many as the flat
+    groups still unreplaced (a flat spare calls for another), until none is left or the spares are spent. The groups
+    trained on are the ones a single round over every spare would have chosen."""
+    from types import SimpleNamespace as R
+
+    from training.rl.run import EpisodeRollouts, replace_flat_groups
+
+    rewards = {0: [0.5, 0.5], 1: [0.1, 0.9], 2: [-1.0, -1.0], 3: [0.2, 0.2],  # rows 0, 2, 3 flat
+               10: [0.3, 0.3], 11: [0.0, 0.4], 12: [0.2, 0.6], 13: [0.1, 0.7], 14: [0.5, 0.1]}
+
+    class Game:
+        def __init__(self):
+            self.calls = []
+
+        def play(self, agent, episodes, opponent):
+            self.calls.append(list(episodes))
+            seen: dict[int, int] = {}
+            out = []
+            for e in episodes:
+                out.append(R(reward=rewards[e][seen.get(e, 0)]))
+                seen[e] = seen.get(e, 0) + 1
+            return out
+
+    def run(rows, spares):
+        game = Game()
+        rollouts = EpisodeRollouts(R(spare_groups=len(spares) // 2, episode_log="", spares_on_demand=True),
+                                   R(num_generations=2), game, episodes=list(range(10)), spares=list(range(10, 15)))
+        played, spare_played = rollouts._play_on_demand(None, rows, spares)
+        return game.calls, played, spare_played
+
+    rows, spares = [0, 0, 1, 1, 2, 2, 3, 3], [10, 10, 11, 11, 12, 12, 13, 13, 14, 14]
+    calls, played, spare_played = run(rows, spares)
+    # 3 flat groups: a round of 3 spares (10 is flat), then one more for the last
+    assert calls == [rows, [10, 10, 11, 11, 12, 12], [13, 13]] and spare_played == [10, 10, 11, 11, 12, 12, 13, 13]
+    records, kept, stats = replace_flat_groups(rows, played[:8], spare_played, played[8:], group=2)
+    one_round = replace_flat_groups(rows, played[:8], spares, [R(reward=x) for r in (10, 11, 12, 13, 14)
+                                                                  for x in rewards[r]], group=2)
+    assert kept == one_round[1] == [11, 11, 1, 1, 12, 12, 13, 13] and stats == one_round[2] == {"frac_zero_std": 3 / 4,
+                                                                                                "replaced": 3}
+    assert [r.reward for r in records] == [r.reward for r in one_round[0]]
+    calls, played, spare_played = run([1, 1], spares)  # nothing flat: no spare is played
+    assert calls == [[1, 1]] and spare_played == []
+    calls, _, spare_played = run([0, 0, 2, 2, 3, 3], [10, 10, 11, 11])  # the spares run out: two rounds, then stop
+    assert calls == [[0, 0, 2, 2, 3, 3], [10, 10, 11, 11]] and spare_played == [10, 10, 11, 11]
+    calls, _, _ = run([0, 0, 1], spares)  # row 1's group is split with another process: it never asks for a spare
+    assert calls[1:] == [[10, 10], [11, 11]]
+
+
 def test_a_resumed_run_draws_spares_on_from_where_its_steps_left_the_pool():
     """--spare_groups after a resume: a new process starting at step 5 draws the spare rows a run that never
     stopped draws at step 5, never the pool's first rows again (they were played at step 1); two processes
@@ -1172,18 +1221,26 @@ def test_a_resumed_run_draws_spares_on_from_where_its_steps_left_the_pool():
 
 
 @pytest.mark.slow
-def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(tiny_dir, tmp_path):
-    """A GRPO run with --spare_groups plays the spares in the step's batch: the curve logs the share of flat
-    groups as sampled and as trained, and every episode it trained on (episode log) is a train row, spares
-    included, never one of another step. The log's folder is made when missing."""
+@pytest.mark.parametrize("on_demand", [False, True])
+def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(tiny_dir, tmp_path, on_demand):
+    """A GRPO run with --spare_groups plays the spares in the step's batch (or, --spares_on_demand, only as many as
+    it has flat groups): the curve logs the share of flat groups as sampled and as trained and the episodes played,
+    and every episode it trained on (episode log) is a train row, spares included, never one of another step. The
+    log's folder is made when missing."""
     from training import grpo
     out, curve, log = tmp_path / "grpo", tmp_path / "curve.json", tmp_path / "logs" / "run" / "episodes"
     grpo.main(["--smoke", "--model_name_or_path", str(tiny_dir), "--output_dir", str(out), "--curve", str(curve),
-               "--spare_groups", "2", "--episode_log", str(log), "--expert_prefix", "0.5"])
+               "--spare_groups", "2", "--episode_log", str(log), "--expert_prefix", "0.5",
+               *(["--spares_on_demand", "true"] if on_demand else [])])
     points = json.loads(curve.read_text())["points"]
     assert [p["step"] for p in points] == [1, 2]
     for p in points:
-        assert p["episodes"] == 8 and p["episodes_played"] == 16
+        flat = round(p["frac_reward_zero_std_sampled"] * 2)  # the step's 2 groups of 4
+        if on_demand:  # a spare group played for each flat group at least, never more than the 2 drawn
+            assert p["episodes"] == 8 and 8 + 4 * min(flat, 2) <= p["episodes_played"] <= 8 + 4 * 2
+            assert p["episodes_played"] == 8 or flat
+        else:
+            assert p["episodes"] == 8 and p["episodes_played"] == 16
         assert p["expert_prefix_share"] in (0, 0.25, 0.5, 0.75, 1)  # whole groups of 4 start late or none
         assert p["frac_reward_zero_std"] <= p["frac_reward_zero_std_sampled"]
         assert p["groups_replaced"] == round((p["frac_reward_zero_std_sampled"] - p["frac_reward_zero_std"]) * 2)
@@ -1199,6 +1256,8 @@ def test_grpo_with_spare_groups_trains_on_the_replacements_and_logs_both_shares(
     assert spares <= set(range(16, 16 + 2 * 2)) and sum(p["groups_replaced"] for p in points) == len(spares)
     with pytest.raises(SystemExit):
         grpo.main(["--smoke", "--spare_groups", "-1"])
+    with pytest.raises(SystemExit):
+        grpo.main(["--smoke", "--spares_on_demand", "true"])
 
 
 @pytest.mark.slow

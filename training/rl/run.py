@@ -77,6 +77,11 @@ class GRPOScriptArguments(GameArguments):
                 "episodes all scored the same (no group-relative signal): DAPO's dynamic sampling without a second "
                 "round of generation. Each process plays its own spares in the same batch as its groups; a "
                 "zero-variance group is replaced by the next spare that has variance (0 = none)"})
+    spares_on_demand: bool = field(default=False, metadata={
+        "help": "--spare_groups: play the step's own groups first, then only as many spare groups as there are flat "
+                "ones, in rounds, until each flat group has a replacement with variance or the step's spares are spent "
+                "(DAPO's resampling rounds): the same spares in the same order stand in, and a step plays about as "
+                "many episodes as it trains on instead of all its spares every step"})
     expert_prefix: float = field(default=0.0, metadata={
         "help": "the bilateral game: the share of train rows that start late in the expert buyer's own game against the "
                 "row's seller (start states from demonstrations): the expert writes the first replies, not trained on, "
@@ -141,6 +146,8 @@ class GRPOScriptArguments(GameArguments):
                              f"{self.consistency_reward!r}")
         if self.spare_groups < 0:
             raise ValueError(f"--spare_groups must be 0 or more, got {self.spare_groups}")
+        if self.spares_on_demand and not self.spare_groups:
+            raise ValueError("--spares_on_demand plays spare groups as they are needed: it needs --spare_groups 1 or more")
         for prefix in ("expert_prefix", "greedy_prefix"):  # late starts: a share of rows, a number of replies
             share, replies = getattr(self, prefix), getattr(self, f"{prefix}_replies")
             if not 0 <= share <= 1:  # also refuses NaN
@@ -233,11 +240,14 @@ class EpisodeRollouts:
         played_at = time.perf_counter()
         try:
             with _without_autocast(agent.backend.model):
-                played_all = self.game.play(agent, [self._episode(r) for r in rows + spare_rows], self.opponent)
+                if self.script.spares_on_demand:
+                    played_all, spare_rows = self._play_on_demand(agent, rows, spare_rows)
+                else:
+                    played_all = self.game.play(agent, [self._episode(r) for r in rows + spare_rows], self.opponent)
         finally:
             agent.backend.model.train(was_training)
         records, sampled_zero = list(played_all[:len(rows)]), None
-        if spare_rows:
+        if spare_rows or (self.script.spares_on_demand and self.script.spare_groups):
             records, rows, sampled_zero = replace_flat_groups(rows, records, spare_rows, played_all[len(rows):],
                                                               self.cfg.num_generations)
         self.last_records = records
@@ -274,11 +284,12 @@ class EpisodeRollouts:
             # gone on; a stream that long is past --max_completion_length, where the trainer stops reading anyway)
             room = agent.backend.context - self.script.max_new_tokens
             point["context_full"] = sum(len(r.prompt_ids) + len(r.completion_ids) > room for r in played_all)
-        if spare_rows:  # what was played before the flat groups were replaced (this process's share)
+        if sampled_zero is not None:  # what was played before the flat groups were replaced (this process's share)
             # the step's own rows as sampled, before any replacement: the reward a run without spares would log
             sampled = [rec.reward for rec in played_all[:len(prompts)]]
             sampled = gather_object(sampled) if acc.num_processes > 1 else sampled
-            point.update({"episodes_played": len(played_all) * acc.num_processes,
+            counts = gather_object([len(played_all)]) if acc.num_processes > 1 else [len(played_all)]
+            point.update({"episodes_played": sum(counts),
                           "reward_mean_sampled": statistics.fmean(sampled),
                           "frac_reward_zero_std_sampled": sampled_zero["frac_zero_std"],
                           "groups_replaced": sampled_zero["replaced"]})
@@ -300,6 +311,28 @@ class EpisodeRollouts:
         return out
 
 
+    def _play_on_demand(self, agent, rows: list[int], spare_rows: list[int]) -> tuple[list, list[int]]:
+        """--spares_on_demand: the step's own rows, then rounds of spare groups (in the drawn order), each round as
+        many groups as the flat groups still without a replacement, until none is left or the step's spares are
+        spent. Returns every record played (the rows' first) and the spare rows played, in order."""
+        g = self.cfg.num_generations
+        played = list(self.game.play(agent, [self._episode(r) for r in rows], self.opponent))
+        greedy = list(getattr(self.game, "last_greedy", []))
+
+        # only whole groups are replaced (replace_flat_groups): a group split with another process stays
+        wanted = sum(_flat(played, ix) for ix in _whole_groups(rows, g))
+        spare_played: list[int] = []
+        while wanted and len(spare_played) < len(spare_rows):
+            batch = spare_rows[len(spare_played):len(spare_played) + wanted * g]
+            records = list(self.game.play(agent, [self._episode(r) for r in batch], self.opponent))
+            greedy += getattr(self.game, "last_greedy", [])
+            wanted -= sum(not _flat(records, ix) for ix in _whole_groups(batch, g))
+            played += records
+            spare_played += batch
+        if greedy:
+            self.game.last_greedy = greedy
+        return played, spare_played
+
     def _episode(self, row: int):
         n = len(self.episodes)
         return self.episodes[row] if row < n else self.spares[row - n]
@@ -314,6 +347,19 @@ class EpisodeRollouts:
         return [n + j for j in drawn if j < len(self.spares) for _ in range(g)]
 
 
+def _whole_groups(keys: list[int], group: int) -> list[list[int]]:
+    """The positions of each row's episodes, for the rows played ``group`` times here (a whole group)."""
+    out: dict[int, list[int]] = {}
+    for i, k in enumerate(keys):
+        out.setdefault(k, []).append(i)
+    return [ix for ix in out.values() if len(ix) == group]
+
+
+def _flat(records, ix) -> bool:
+    """Whether the episodes at ``ix`` all scored the same (no group-relative signal)."""
+    return max(records[i].reward for i in ix) == min(records[i].reward for i in ix)
+
+
 def replace_flat_groups(rows: list[int], records: list, spare_rows: list[int], spare_records: list,
                         group: int) -> tuple[list, list[int], dict]:
     """DAPO-style dynamic sampling in one round: each group of ``rows`` (``group`` consecutive equal rows, as TRL
@@ -321,19 +367,9 @@ def replace_flat_groups(rows: list[int], records: list, spare_rows: list[int], s
     differ. A group split with another process (fewer than ``group`` rows here) is left alone. Returns the
     records and rows to train on, and the sampled batch's share of flat groups and how many were replaced."""
     records, rows = list(records), list(rows)
-
-    def groups(keys):
-        out: dict[int, list[int]] = {}
-        for i, k in enumerate(keys):
-            out.setdefault(k, []).append(i)
-        return [ix for ix in out.values() if len(ix) == group]
-
-    def flat(recs, ix):
-        return max(recs[i].reward for i in ix) == min(recs[i].reward for i in ix)
-
-    mine = groups(rows)
-    flat_groups = [ix for ix in mine if flat(records, ix)]
-    useful = iter([ix for ix in groups(spare_rows) if not flat(spare_records, ix)])
+    mine = _whole_groups(rows, group)
+    flat_groups = [ix for ix in mine if _flat(records, ix)]
+    useful = iter([ix for ix in _whole_groups(spare_rows, group) if not _flat(spare_records, ix)])
     replaced = 0
     for ix in flat_groups:
         sx = next(useful, None)
