@@ -310,7 +310,6 @@ class EpisodeRollouts:
             out["true_claims"] = [r.metrics["thought_claims_true"] for r in records]
         return out
 
-
     def _play_on_demand(self, agent, rows: list[int], spare_rows: list[int]) -> tuple[list, list[int]]:
         """--spares_on_demand: the step's own rows, then rounds of spare groups (in the drawn order), each round as
         many groups as the flat groups still without a replacement, until none is left or the step's spares are
