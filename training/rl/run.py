@@ -247,7 +247,7 @@ class EpisodeRollouts:
         finally:
             agent.backend.model.train(was_training)
         records, sampled_zero = list(played_all[:len(rows)]), None
-        if spare_rows or (self.script.spares_on_demand and self.script.spare_groups):
+        if spare_rows or self.script.spares_on_demand:  # on demand: logged even when no spare was needed
             records, rows, sampled_zero = replace_flat_groups(rows, records, spare_rows, played_all[len(rows):],
                                                               self.cfg.num_generations)
         self.last_records = records
